@@ -1,0 +1,174 @@
+"""Requests as the engine sees them: sampling settings, lifecycle state, outputs, statistics.
+
+Nothing here touches tensors; the runner turns requests into tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from collections.abc import Sequence
+
+__all__ = [
+    "FinishReason",
+    "Request",
+    "RequestOutput",
+    "RequestStats",
+    "RequestStatus",
+    "SamplingParams",
+    "StreamDelta",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How to sample one request. ``temperature == 0`` is greedy (top-k/top-p ignored)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: no top-k cut
+    seed: int | None = None
+    max_new_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, no KV
+    RUNNING = "running"  # has KV, decoding
+    FINISHED = "finished"
+
+
+class FinishReason(enum.Enum):
+    LENGTH = "length"  # max_new_tokens reached
+    STOP = "stop"  # EOS, a stop token id, or a stop string
+    CANCELLED = "cancelled"
+    ERROR = "error"  # rejected (e.g. could never fit the KV cache)
+
+
+@dataclasses.dataclass(slots=True)
+class RequestStats:
+    """Per-request statistics, filled in as the request runs."""
+
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    verify_steps: int = 0  # target forwards after prefill (verify or plain decode)
+    accepted_tokens: int = 0  # tokens emitted by those forwards, bonus included
+    preemptions: int = 0
+    arrival_time: float = dataclasses.field(default_factory=time.perf_counter)
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+    @property
+    def accept_length(self) -> float:
+        """Tokens per target verify pass (plain decoding: 1.0)."""
+        return self.accepted_tokens / self.verify_steps if self.verify_steps else 0.0
+
+    @property
+    def time_to_first_token(self) -> float | None:
+        if self.first_token_time is None:
+            return None
+        return self.first_token_time - self.arrival_time
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        if self.first_token_time is None or self.finish_time is None:
+            return 0.0
+        elapsed = self.finish_time - self.first_token_time
+        return (self.output_tokens - 1) / elapsed if elapsed > 0 and self.output_tokens > 1 else 0.0
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """One generation request and its host-side state."""
+
+    request_id: int
+    prompt_ids: list[int]
+    params: SamplingParams
+    eos_token_ids: tuple[int, ...] = ()
+    status: RequestStatus = RequestStatus.WAITING
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    stats: RequestStats = dataclasses.field(default_factory=RequestStats)
+    # KV bookkeeping (owned by the engine while RUNNING)
+    table_row: int | None = None
+    cached_len: int = 0  # tokens whose target KV is cached (the pending root is not)
+    text: str = ""  # decoded output text so far (stop strings are cut from it)
+    streamed_tokens: int = 0
+    streamed_chars: int = 0
+
+    def __post_init__(self) -> None:
+        self.stats.prompt_tokens = len(self.prompt_ids)
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def remaining_tokens(self) -> int:
+        return self.params.max_new_tokens - len(self.output_ids)
+
+    def stop_token_set(self) -> frozenset[int]:
+        ids = set(self.params.stop_token_ids)
+        if not self.params.ignore_eos:
+            ids.update(self.eos_token_ids)
+        return frozenset(ids)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """The result of one finished request."""
+
+    request_id: int
+    prompt: str | None
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    stats: RequestStats
+    error: str | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def accept_length(self) -> float:
+        return self.stats.accept_length
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamDelta:
+    """New output of one request since the last delta."""
+
+    request_id: int
+    text: str
+    token_ids: Sequence[int]
+    finished: bool
+    finish_reason: FinishReason | None = None

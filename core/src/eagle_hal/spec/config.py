@@ -1,0 +1,83 @@
+"""Speculative-decoding settings: how many draft steps, how wide, how many verify tokens."""
+
+from __future__ import annotations
+
+import dataclasses
+
+__all__ = ["SpecConfig"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SpecConfig:
+    """EAGLE tree settings.
+
+    ``num_steps`` (S) draft levels, ``topk`` (K) branches kept per level, ``num_draft_tokens``
+    (N) verify-tree nodes including the root. ``num_steps == 0`` is plain decoding through the
+    speculative path (the draft still follows along so speculation can resume). ``topk == 1``
+    is a chain, for which N must be S + 1. ``adaptive`` lets the controller choose S per
+    batch-size bucket among ``adaptive_steps``.
+    """
+
+    num_steps: int = 5
+    topk: int = 1
+    num_draft_tokens: int | None = None  # default: S + 1 for chains, min(K*S+1, 16) for trees
+    adaptive: bool = False
+    adaptive_steps: tuple[int, ...] = (0, 1, 3, 5)
+    adaptive_ema: float = 0.9
+    adaptive_hysteresis: float = 0.15
+
+    def __post_init__(self) -> None:
+        if self.num_steps < 0:
+            raise ValueError(f"num_steps must be >= 0, got {self.num_steps}")
+        if self.topk < 1:
+            raise ValueError(f"topk must be >= 1, got {self.topk}")
+        n = self.draft_tokens
+        if n < 1:
+            raise ValueError(f"num_draft_tokens must be >= 1, got {n}")
+        if n - 1 > self.max_candidates:
+            raise ValueError(
+                f"num_draft_tokens={n} asks for {n - 1} draft nodes, but S={self.num_steps} "
+                f"steps of top-k={self.topk} yield at most {self.max_candidates}; "
+                f"lower num_draft_tokens or raise num_steps/topk"
+            )
+        if self.num_steps > 0 and n < 2:
+            raise ValueError("speculation with num_steps > 0 needs num_draft_tokens >= 2")
+        if n > 64:
+            raise ValueError(f"num_draft_tokens={n} is above the supported maximum of 64")
+        if self.adaptive:
+            if not self.adaptive_steps or any(s < 0 for s in self.adaptive_steps):
+                raise ValueError("adaptive_steps must be a non-empty tuple of S >= 0")
+            if not 0.0 < self.adaptive_ema < 1.0:
+                raise ValueError("adaptive_ema must lie in (0, 1)")
+
+    @property
+    def max_candidates(self) -> int:
+        """Draft nodes S steps of top-K can produce: K at step 0, K*K at each later step."""
+        if self.num_steps == 0:
+            return 0
+        return self.topk + (self.num_steps - 1) * self.topk * self.topk
+
+    @property
+    def draft_tokens(self) -> int:
+        """N, the verify-tree size including the root."""
+        if self.num_draft_tokens is not None:
+            return self.num_draft_tokens
+        if self.num_steps == 0:
+            return 1
+        if self.topk == 1:
+            return self.num_steps + 1
+        return min(self.topk * self.num_steps + 1, 16, self.max_candidates + 1)
+
+    @property
+    def is_chain(self) -> bool:
+        return self.topk == 1
+
+    def with_steps(self, num_steps: int) -> SpecConfig:
+        """The same tree shape at another depth (N rescaled for chains, capped for trees)."""
+        if num_steps == self.num_steps:
+            return self
+        n = None
+        if self.num_draft_tokens is not None and num_steps > 0:
+            cap = self.topk + (num_steps - 1) * self.topk * self.topk + 1
+            n = num_steps + 1 if self.topk == 1 else min(self.num_draft_tokens, cap)
+        return dataclasses.replace(self, num_steps=num_steps, num_draft_tokens=n, adaptive=False)
