@@ -1,0 +1,88 @@
+"""Triton kernel laying out the verify tree: tokens, positions, retrieve links, tree mask.
+
+One program per (request, node). The node walks up its parent chain to collect its
+ancestors (the mask row) and its depth; first child and next sibling come from one masked
+vector reduction over the request's parents. Written for any Triton target: no warp-size
+assumption, every block a power of two with masked tails.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+__all__ = ["MASK_BIT_PACKED", "MASK_FULL", "MASK_TREE_BLOCK", "build_tree_kernel"]
+
+MASK_TREE_BLOCK = 0
+MASK_BIT_PACKED = 1
+MASK_FULL = 2
+
+
+@triton.jit
+def build_tree_kernel(
+    root_tokens_ptr,  # [B] int64
+    draft_tokens_ptr,  # [B, N-1] int64
+    draft_parents_ptr,  # [B, N-1] int64, verify node of each draft's parent
+    seq_lens_ptr,  # [B] int64
+    tokens_ptr,  # out [B, N]
+    positions_ptr,  # out [B, N]
+    retrieve_index_ptr,  # out [B, N]
+    next_token_ptr,  # out [B, N]
+    next_sibling_ptr,  # out [B, N]
+    mask_ptr,  # out: int8 [B, N, N] | int64 [B, N] | int8 flat (FULL)
+    mask_block_start_ptr,  # [B] int64 start of each request's FULL block (unused otherwise)
+    num_nodes,
+    MASK_MODE: tl.constexpr,
+    BLOCK_NODES: tl.constexpr,
+    BLOCK_PREFIX: tl.constexpr,
+):
+    request = tl.program_id(0).to(tl.int64)
+    node = tl.program_id(1).to(tl.int64)
+    lane = tl.arange(0, BLOCK_NODES).to(tl.int64)
+    in_tree = lane < num_nodes
+    drafts_base = request * (num_nodes - 1)
+    out_index = request * num_nodes + node
+
+    # parents[j] for every node j of this request; the root is its own parent.
+    parents = tl.load(draft_parents_ptr + drafts_base + lane - 1, mask=(lane >= 1) & in_tree,
+                      other=0)
+
+    # Walk to the root: each ancestor becomes visible, each hop adds one to the depth.
+    visible = (lane == node) | (lane == 0)
+    current = node
+    depth = node * 0
+    while current != 0:
+        current = tl.load(draft_parents_ptr + drafts_base + current - 1)
+        visible = visible | (lane == current)
+        depth += 1
+
+    root_token = tl.load(root_tokens_ptr + request)
+    draft_token = tl.load(draft_tokens_ptr + drafts_base + node - 1, mask=node > 0, other=0)
+    seq_len = tl.load(seq_lens_ptr + request)
+    tl.store(tokens_ptr + out_index, tl.where(node == 0, root_token, draft_token))
+    tl.store(positions_ptr + out_index, seq_len + depth)
+    tl.store(retrieve_index_ptr + out_index, out_index)
+
+    is_draft = (lane >= 1) & in_tree
+    first_child = tl.min(tl.where(is_draft & (parents == node), lane, BLOCK_NODES), axis=0)
+    tl.store(next_token_ptr + out_index, tl.where(first_child == BLOCK_NODES, -1, first_child))
+    my_parent = tl.sum(tl.where(lane == node, parents, 0), axis=0)
+    sibling = tl.min(tl.where(is_draft & (parents == my_parent) & (lane > node), lane,
+                              BLOCK_NODES), axis=0)
+    no_sibling = (sibling == BLOCK_NODES) | (node == 0)
+    tl.store(next_sibling_ptr + out_index, tl.where(no_sibling, -1, sibling))
+
+    if MASK_MODE == 0:  # MASK_TREE_BLOCK
+        tl.store(mask_ptr + out_index * num_nodes + lane, visible.to(tl.int8), mask=in_tree)
+    elif MASK_MODE == 1:  # MASK_BIT_PACKED; distinct bits, so the sum is the OR
+        one = tl.full([BLOCK_NODES], 1, tl.int64)
+        bits = tl.where(visible & in_tree, one << lane, 0)
+        tl.store(mask_ptr + out_index, tl.sum(bits, axis=0))
+    else:  # MASK_FULL: [N, seq_len + N] per request, the prefix all visible
+        row_start = tl.load(mask_block_start_ptr + request) + node * (seq_len + num_nodes)
+        prefix_lane = tl.arange(0, BLOCK_PREFIX)
+        for start in range(0, seq_len, BLOCK_PREFIX):
+            column = start + prefix_lane
+            tl.store(mask_ptr + row_start + column, tl.full([BLOCK_PREFIX], 1, tl.int8),
+                     mask=column < seq_len)
+        tl.store(mask_ptr + row_start + seq_len + lane, visible.to(tl.int8), mask=in_tree)

@@ -1,0 +1,14 @@
+"""Run the Triton kernels in the interpreter (on CPU tensors) when no accelerator is present.
+
+TRITON_INTERPRET must be set before the kernels are decorated, i.e. before
+``eagle_hal.ops.triton`` is first imported; the test module imports it after this runs.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+if not torch.accelerator.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")

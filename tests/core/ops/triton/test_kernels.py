@@ -1,0 +1,180 @@
+"""Every Triton kernel equals the reference op (integer outputs bit for bit) on random cases.
+
+Without an accelerator the kernels run under TRITON_INTERPRET=1 on CPU tensors, which is
+slow: the shapes are small, but they cover tails (N = 1, non-power-of-two sizes, several
+vocabulary blocks and chunks), N = 64 bit-packed masks and duplicate sibling tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import ops_oracle as oracle
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from eagle_hal.backend import TreeMaskMode  # noqa: E402
+from eagle_hal.hal.sampling import NO_NODE  # noqa: E402
+from eagle_hal.ops.reference import ReferenceSamplingOps  # noqa: E402
+from eagle_hal.ops.triton import TritonSamplingOps  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+DEVICE = torch.device("cpu") if INTERPRETED else torch.accelerator.current_accelerator()
+REFERENCE = ReferenceSamplingOps()
+# Small blocks so that tiny vocabularies still take several blocks and chunks.
+TRITON = TritonSamplingOps(num_warps=2, vocab_block=16, vocab_chunk=32)
+
+
+def assert_same(expected, actual) -> None:
+    names = getattr(expected, "_fields", range(len(expected)))
+    for name, e, a in zip(names, expected, actual, strict=True):
+        if isinstance(e, torch.Tensor):
+            assert e.dtype == a.dtype and torch.equal(e, a), f"{name}: {e} != {a}"
+        else:
+            assert e == a, name
+
+
+def random_trees(seed: int, batch: int, num_nodes: int, depth: int, vocab: int,
+                 distinct: bool = True) -> list[oracle.Tree]:
+    rng = random.Random(seed)
+    return [oracle.Tree(*oracle.random_tree(rng, num_nodes, depth, vocab, distinct))
+            for _ in range(batch)]
+
+
+def on_device(*tensors: torch.Tensor):
+    return [t.to(DEVICE) for t in tensors]
+
+
+@pytest.mark.parametrize("batch,num_nodes,depth", [(2, 1, 1), (3, 7, 3), (2, 23, 5), (2, 64, 6),
+                                                   (1, 70, 4)])
+def test_build_verify_tree(batch, num_nodes, depth):
+    """Tokens, positions, retrieve links and every mask layout equal the reference."""
+    trees = random_trees(num_nodes, batch, num_nodes, depth, vocab=500)
+    root, drafts, parents, seq_lens = on_device(
+        torch.tensor([t.tokens[0] for t in trees]),
+        torch.tensor([t.tokens[1:] for t in trees], dtype=torch.long).view(batch, -1),
+        torch.tensor([t.parents[1:] for t in trees], dtype=torch.long).view(batch, -1),
+        torch.tensor([5, 0, 37][:batch]),
+    )
+    for mode in TreeMaskMode.ALL:
+        if mode == TreeMaskMode.BIT_PACKED and num_nodes > 64:
+            continue
+        args = (root, drafts, parents, seq_lens, mode, int(seq_lens.sum()))
+        assert_same(REFERENCE.build_verify_tree(*args), TRITON.build_verify_tree(*args))
+
+
+@pytest.mark.parametrize("vocab,padded,dtype", [
+    (1, 1, torch.float32), (13, 16, torch.float32), (100, 128, torch.bfloat16),
+    (77, 77, torch.float16)])
+def test_masked_argmax(vocab, padded, dtype):
+    """Split-vocabulary argmax: same index as the reference, ties to the first, tail ignored."""
+    generator = torch.Generator().manual_seed(vocab)
+    logits = torch.randint(-3, 3, (4, 3, padded), generator=generator).to(dtype)
+    logits[..., vocab:] = 50
+    logits[0, 0, :vocab] = float("-inf")
+    (logits,) = on_device(logits)
+    assert_same([REFERENCE.masked_argmax(logits, vocab)], [TRITON.masked_argmax(logits, vocab)])
+
+
+@pytest.mark.parametrize("batch,num_nodes,depth", [(3, 1, 2), (4, 9, 3), (3, 31, 5), (2, 64, 8)])
+def test_verify_greedy(batch, num_nodes, depth):
+    """Greedy walk: accepted nodes, lengths and bonus equal the reference."""
+    trees = random_trees(num_nodes + 1, batch, num_nodes, depth, vocab=64)
+    rng = random.Random(num_nodes)
+    predict = [oracle.random_predictions(rng, t, 64) for t in trees]
+    tensors = on_device(
+        torch.tensor([t.tokens for t in trees]),
+        torch.tensor([[t.next_token(i) for i in range(num_nodes)] for t in trees]),
+        torch.tensor([[t.next_sibling(i) for i in range(num_nodes)] for t in trees]),
+        torch.tensor(predict),
+    )
+    for num_steps in (depth, max(depth - 2, 0)):
+        assert_same(REFERENCE.verify_greedy(*tensors, num_steps),
+                    TRITON.verify_greedy(*tensors, num_steps))
+
+
+@pytest.mark.parametrize("batch,num_nodes,depth,vocab,distinct", [
+    (4, 1, 1, 5, True), (6, 8, 3, 6, True), (5, 12, 3, 4, False), (4, 20, 4, 37, True)])
+def test_verify_tree_sampling(batch, num_nodes, depth, vocab, distinct):
+    """Sampling decisions and bonus tokens equal the reference for the same noise."""
+    trees = random_trees(vocab + num_nodes, batch, num_nodes, depth, vocab, distinct)
+    generator = torch.Generator().manual_seed(num_nodes)
+    logits = torch.randn(batch, num_nodes, vocab + 3, generator=generator) * 2
+    for b, tree in enumerate(trees):  # favour children so that walks go deep
+        for node in range(num_nodes):
+            for child in tree.children(node)[:1]:
+                logits[b, node, tree.tokens[child]] += 5.0
+    temperatures = torch.tensor([1.0, 0.0, 0.7, 1.5, 1.0, 0.0])[:batch]
+    top_ks = torch.tensor([0, 0, 3, 0, 2, 0])[:batch]
+    top_ps = torch.tensor([1.0, 1.0, 1.0, 0.8, 0.9, 1.0])[:batch]
+    probs = REFERENCE.target_probs(logits, vocab, temperatures, top_ks, top_ps)
+    tokens, next_token, next_sibling, probs = on_device(
+        torch.tensor([t.tokens for t in trees]),
+        torch.tensor([[t.next_token(i) for i in range(num_nodes)] for t in trees]),
+        torch.tensor([[t.next_sibling(i) for i in range(num_nodes)] for t in trees]),
+        probs,
+    )
+    for seed in range(3):
+        noise = REFERENCE.sampling_noise(batch, num_nodes, device=DEVICE,
+                                         seeds=torch.arange(batch) + 100 * seed, counter=seed)
+        args = (tokens, next_token, next_sibling, probs, noise, depth)
+        assert_same(REFERENCE.verify_tree_sampling(*args), TRITON.verify_tree_sampling(*args))
+
+
+def test_bookkeeping_kernels():
+    """Bonus fill, verify-slot assignment and draft KV slots equal the reference."""
+    rng = random.Random(0)
+    batch, num_nodes, width = 5, 6, 4
+    tokens = torch.randint(0, 900, (batch, num_nodes), generator=torch.Generator().manual_seed(0))
+    accepted, lens = [], []
+    for _ in range(batch):
+        length = rng.randint(1, width)
+        path = [0] + sorted(rng.sample(range(1, num_nodes), length - 1))
+        accepted.append(path + [NO_NODE] * (width - length))
+        lens.append(length)
+    args = on_device(tokens, torch.tensor(accepted), torch.tensor(lens), torch.arange(batch) + 7)
+    assert_same([REFERENCE.fill_bonus_tokens(*args)], [TRITON.fill_bonus_tokens(*args)])
+
+    for dtype in (torch.int32, torch.int64):
+        expected, actual = (torch.zeros(7, 40, dtype=dtype, device=DEVICE) for _ in range(2))
+        slot_args = on_device(torch.tensor([6, 0, 3, 1, 2]), torch.tensor([0, 9, 33, 4, 17]),
+                              torch.arange(batch * num_nodes) + 1000)
+        REFERENCE.assign_verify_slots(expected, *slot_args)
+        TRITON.assign_verify_slots(actual, *slot_args)
+        assert torch.equal(expected, actual)
+
+    generator = torch.Generator().manual_seed(1)
+    for steps, topk in ((1, 1), (4, 1), (5, 3)):
+        (scratch,) = on_device(torch.randperm(2 * steps * topk, generator=generator)
+                               .view(2, steps, topk).int())
+        parents = on_device(*[torch.randint(0, topk, (2, topk), generator=generator)
+                              for _ in range(steps)])
+        for step in range(steps):
+            assert_same([REFERENCE.draft_kv_slots(scratch, parents, step)],
+                        [TRITON.draft_kv_slots(scratch, parents, step)])
+
+
+@pytest.mark.parametrize("batch,num_nodes", [(1, 1), (5, 7), (3, 64)])
+def test_seeded_noise(batch, num_nodes):
+    """The fused counter-based hash gives the reference's draws bit for bit."""
+    (seeds,) = on_device(torch.tensor([0, -1, 2**40 + 3, 17, 99])[:batch])
+    for counter in (0, 7, torch.arange(batch, device=DEVICE) * 1000 + 2**33):
+        assert_same(REFERENCE.sampling_noise(batch, num_nodes, device=DEVICE, seeds=seeds,
+                                             counter=counter),
+                    TRITON.sampling_noise(batch, num_nodes, device=DEVICE, seeds=seeds,
+                                          counter=counter))
+
+
+def test_import_without_triton_names_the_missing_package():
+    """`import eagle_hal.ops.triton` without triton raises an ImportError that says why."""
+    code = (
+        "import sys; sys.modules['triton'] = None\n"
+        "try:\n    import eagle_hal.ops.triton\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "needs the 'triton' package" in out.stdout, out.stderr
