@@ -30,5 +30,8 @@ demo: install
 test: install
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider tests
 
+bench-backends: install
+	$(PY) benchmarks/bench_backends_cli.py
+
 clean:
 	rm -rf $(VENV)

@@ -130,12 +130,17 @@ class BackendDescriptor:
     """
 
     name: str
+    # Device-string kinds it serves, most specific first: torch device types ("cuda") plus
+    # aliases it alone answers to ("rocm", "hip"). See eagle_hal.device.
     device_types: tuple[str, ...]
     implementation: str
     probe: Callable[[], Availability]
     api_version: tuple[int, int] = API_VERSION
     priority: int = 0  # higher wins when several available backends serve one device type
     description: str = ""
+    # What the backend supports nominally, as declared without touching a device; shown by
+    # `eagle-hal backends`. The bound ``Backend.capabilities`` is authoritative and may refine.
+    capabilities: Capabilities | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():

@@ -1,0 +1,92 @@
+"""Entry-point module of the CUDA backend: descriptor and probe, no vendor import at load.
+
+The probe reads the torch build: a CUDA build with a visible device is available; a ROCm
+build is left to the ``rocm`` backend (both serve the torch device type "cuda"); a CPU-only
+build and an empty device list say so, naming ``CUDA_VISIBLE_DEVICES``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
+from eagle_hal.hookspecs import hookimpl
+from eagle_hal.probing import import_torch, visible_devices_note
+
+__all__ = ["CAPABILITIES", "DESCRIPTOR", "VISIBLE_DEVICES_ENV", "judge_torch_build", "probe"]
+
+VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+CAPABILITIES = Capabilities(
+    graph_capture=False,  # eager for now: the CUDA-graph runner is not wired to this backend yet
+    dtypes=("float32", "bfloat16", "float16"),
+    tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
+    page_sizes=(),
+    page_size_multiple=1,
+    triton=importlib.util.find_spec("triton") is not None,
+    distributed_backend="nccl",
+    visible_devices_env=VISIBLE_DEVICES_ENV,
+    notes="attention: eagle_hal's pure-torch reference until the Triton kernels land",
+)
+
+
+def judge_torch_build(torch: ModuleType) -> Availability:
+    """Whether ``torch`` (a module, or a stand-in with the same attributes) runs CUDA here.
+
+    Reads ``torch.version.cuda`` / ``torch.version.hip`` and asks ``torch.cuda`` for
+    devices; never raises.
+    """
+    version = getattr(torch, "__version__", "?")
+    hip = getattr(torch.version, "hip", None)
+    cuda = getattr(torch.version, "cuda", None)
+    if hip:
+        return Availability.unavailable(
+            f"torch {version} is a ROCm build (HIP {hip}), not a CUDA build; "
+            f"the 'rocm' backend serves it"
+        )
+    if not cuda:
+        return Availability.unavailable(
+            f"torch {version} was built without CUDA; install a CUDA build of torch "
+            f"(for example torch from the PyTorch CUDA wheel index)"
+        )
+    try:
+        count = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception as exc:
+        return Availability.unavailable(
+            f"the CUDA runtime failed to initialise: {type(exc).__name__}: {exc}"
+        )
+    visible = visible_devices_note(VISIBLE_DEVICES_ENV)
+    if count < 1:
+        return Availability.unavailable(
+            f"no CUDA device visible ({visible}); torch {version} is built for CUDA {cuda}"
+        )
+    return Availability.available(
+        f"{count} CUDA device{'s' if count > 1 else ''} visible ({visible}); "
+        f"torch {version}, CUDA {cuda}"
+    )
+
+
+def probe() -> Availability:
+    """Import torch (reporting a failed import) and judge its build; never raises."""
+    result = import_torch()
+    if result.torch is None:
+        return Availability.unavailable(result.reason)
+    return judge_torch_build(result.torch)
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="cuda",
+    device_types=("cuda",),
+    implementation="eagle_hal_cuda.backend:CudaBackend",
+    probe=probe,
+    api_version=(1, 0),
+    priority=100,
+    description="NVIDIA GPUs through PyTorch's CUDA build",
+    capabilities=CAPABILITIES,
+)
+
+
+@hookimpl
+def eagle_hal_backends() -> list[BackendDescriptor]:
+    return [DESCRIPTOR]

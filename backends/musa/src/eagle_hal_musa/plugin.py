@@ -1,0 +1,59 @@
+"""Entry-point module of the MUSA backend: descriptor and probe, no vendor import at load.
+
+The probe tells apart "torch_musa is not installed", "torch_musa is installed but failed to
+import: <message>" (including a failure while ``import torch`` autoloads it) and "no
+Moore Threads GPU visible (MUSA_VISIBLE_DEVICES=...)". It imports torch_musa, so it runs only
+when the registry lists or considers this backend.
+"""
+
+from __future__ import annotations
+
+from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
+from eagle_hal.hookspecs import hookimpl
+from eagle_hal.probing import probe_torch_extension
+
+__all__ = ["CAPABILITIES", "DESCRIPTOR", "EXTENSION", "VISIBLE_DEVICES_ENV", "probe"]
+
+EXTENSION = "torch_musa"
+DEVICE_TYPE = "musa"
+VISIBLE_DEVICES_ENV = "MUSA_VISIBLE_DEVICES"
+
+CAPABILITIES = Capabilities(
+    graph_capture=False,  # eager for now: MUSA graphs come later
+    dtypes=("float32", "bfloat16", "float16"),
+    tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
+    page_sizes=(),
+    page_size_multiple=1,
+    triton=False,
+    distributed_backend="mccl",
+    visible_devices_env=VISIBLE_DEVICES_ENV,
+    notes="attention: eagle_hal's pure-torch reference until mate attention kernels land",
+)
+
+
+def probe() -> Availability:
+    """Probe torch_musa and the MUSA device list; never raises."""
+    return probe_torch_extension(
+        EXTENSION,
+        device_type=DEVICE_TYPE,
+        label="Moore Threads GPU",
+        visible_devices_env=VISIBLE_DEVICES_ENV,
+        install_hint="install the MUSA toolkit and the torch_musa wheel matching your torch",
+    )
+
+
+DESCRIPTOR = BackendDescriptor(
+    name="musa",
+    device_types=(DEVICE_TYPE,),
+    implementation="eagle_hal_musa.backend:MusaBackend",
+    probe=probe,
+    api_version=(1, 0),
+    priority=100,
+    description="Moore Threads GPUs through torch_musa",
+    capabilities=CAPABILITIES,
+)
+
+
+@hookimpl
+def eagle_hal_backends() -> list[BackendDescriptor]:
+    return [DESCRIPTOR]

@@ -1,0 +1,1 @@
+"""The ``eagle-hal`` subcommands, one module each (see ``eagle_hal.cli.COMMANDS``)."""

@@ -1,0 +1,51 @@
+"""Tests for the CPU reference backend (core's eagle_hal.backends.cpu), selected for real."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from eagle_hal.backend import TreeMaskMode
+from eagle_hal.registry import Registry
+
+
+@pytest.fixture
+def cpu_backend():
+    return Registry(allow="cpu", environ={}).select("cpu")
+
+
+def test_selected_through_its_entry_point(cpu_backend):
+    """'cpu' selects the backend registered by the eagle-hal distribution itself."""
+    (info,) = [i for i in Registry(allow="cpu", environ={}).backends() if i.name == "cpu"]
+    assert (info.name, info.distribution, info.available) == ("cpu", "eagle-hal", True)
+    assert type(cpu_backend).__name__ == "CpuBackend"
+    assert cpu_backend.torch_device == torch.device("cpu")
+
+
+def test_capabilities(cpu_backend):
+    """Eager, float32/bfloat16, every tree-mask mode, any page size, no triton, gloo."""
+    caps = cpu_backend.capabilities
+    assert not caps.graph_capture and not caps.triton
+    assert set(caps.dtypes) == {"float32", "bfloat16"}
+    assert set(caps.tree_mask_modes) == set(TreeMaskMode.ALL)
+    assert all(caps.supports_page_size(size) for size in (1, 7, 16, 64))
+    assert caps.distributed_backend == "gloo" and caps.visible_devices_env is None
+    assert cpu_backend.graph_capture() is None
+
+
+def test_attention_backend_is_the_reference(cpu_backend):
+    """create_attention_backend hands out the pure-torch reference attention."""
+    attention_reference = pytest.importorskip("eagle_hal.ops.attention_reference")
+    from eagle_hal.hal.attention import AttentionConfig
+
+    config = AttentionConfig(
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=4,
+        num_layers=1,
+        scaling=0.5,
+        kv_store=None,
+        req_to_token=torch.zeros(1, 4, dtype=torch.int64),
+    )
+    attention = cpu_backend.create_attention_backend(config)
+    assert isinstance(attention, attention_reference.TorchAttentionBackend)
+    assert attention.config is config
