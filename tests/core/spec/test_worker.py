@@ -1,0 +1,111 @@
+"""The EAGLE worker is lossless: speculative output equals plain decoding.
+
+Oracle: plain greedy decoding of the same target with no draft at all (one DECODE forward
+per token). Targets and heads are tiny random Llamas in float32 on the CPU backend.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
+from eagle_hal.api import LLM
+from eagle_hal.engine.request import SamplingParams
+from eagle_hal.spec.config import SpecConfig
+
+PROMPTS = [
+    [1, 2, 3, 4, 5],
+    [7, 8, 9],
+    list(range(10, 40)),
+    [42],
+    [5, 5, 5, 5, 6, 6, 6, 6, 7],
+    list(range(60, 20, -3)),
+]
+
+# (topk K, steps S, draft tokens N): K in {1, 2, 4}, S in 1..6, N in 2..16
+SETTINGS = [
+    (1, 1, 2), (1, 3, 4), (1, 6, 7), (2, 1, 3), (2, 2, 4), (2, 4, 8),
+    (2, 6, 13), (4, 1, 5), (4, 3, 16), (4, 6, 16), (4, 2, 9),
+]
+
+
+def _plain(backend, target, prompts, params):
+    return LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0)).generate(prompts, params)
+
+
+@pytest.fixture(scope="module")
+def random_pair():
+    target = tiny_target(seed=11)
+    return target, tiny_eagle1(target, seed=12)
+
+
+@pytest.fixture(scope="module")
+def good_pair():
+    target = near_bigram_target(seed=5)
+    return target, matching_eagle1(target, noise=0.02)
+
+
+@pytest.mark.parametrize("topk,steps,nodes", SETTINGS)
+def test_greedy_lossless_with_random_head(cpu_backend, random_pair, topk, steps, nodes):
+    """A random head changes nothing but speed: same tokens, accept length near 1."""
+    target, head = random_pair
+    params = SamplingParams(max_new_tokens=24)
+    expected = _plain(cpu_backend, target, PROMPTS, params)
+    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(steps, topk, nodes))
+    outputs = llm.generate(PROMPTS, params)
+    assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
+    mean_accept = sum(o.accept_length for o in outputs) / len(outputs)
+    assert mean_accept < 1.6
+    assert llm.used_pages == 0
+
+
+@pytest.mark.parametrize("topk,steps,nodes", SETTINGS)
+def test_greedy_lossless_with_good_head(cpu_backend, good_pair, topk, steps, nodes):
+    """A head that guesses well gets long accepted paths, and still the same tokens."""
+    target, head = good_pair
+    params = SamplingParams(max_new_tokens=40)
+    expected = _plain(cpu_backend, target, PROMPTS, params)
+    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(steps, topk, nodes))
+    outputs = llm.generate(PROMPTS, params)
+    assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
+    mean_accept = sum(o.accept_length for o in outputs) / len(outputs)
+    assert mean_accept > 1.0 + 0.25 * min(steps, 3)
+    assert llm.used_pages == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 7, 16])
+def test_lossless_across_batch_sizes(cpu_backend, good_pair, batch_size):
+    """Batches of 1 to 16 mixed-length prompts decode exactly as plain decoding."""
+    target, head = good_pair
+    prompts = [PROMPTS[i % len(PROMPTS)][: 1 + (3 * i) % 11] for i in range(batch_size)]
+    params = SamplingParams(max_new_tokens=20)
+    expected = _plain(cpu_backend, target, prompts, params)
+    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(4, 2, 8), max_batch_size=16)
+    assert [o.token_ids for o in llm.generate(prompts, params)] == [e.token_ids for e in expected]
+
+
+def test_adaptive_mode_is_lossless(cpu_backend, random_pair):
+    """The adaptive controller changes S on the fly; the tokens stay those of plain decoding."""
+    target, head = random_pair
+    params = SamplingParams(max_new_tokens=48)
+    expected = _plain(cpu_backend, target, PROMPTS, params)
+    spec = SpecConfig(num_steps=4, topk=2, num_draft_tokens=6, adaptive=True, adaptive_steps=(0, 2, 4))
+    llm = LLM.from_models(cpu_backend, target, head, spec=spec)
+    assert [o.token_ids for o in llm.generate(PROMPTS, params)] == [e.token_ids for e in expected]
+    assert llm.used_pages == 0
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_new_tokens=16),
+    SamplingParams(max_new_tokens=16, temperature=0.8, top_k=20, seed=1234),
+])
+def test_batch_invariance(cpu_backend, good_pair, params):
+    """A request's output does not depend on what else is in its batch (float32)."""
+    target, head = good_pair
+    spec = SpecConfig(3, 2, 6)
+    probe = [3, 1, 4, 1, 5, 9, 2, 6]
+    alone = LLM.from_models(cpu_backend, target, head, spec=spec, seed=0).generate([probe], params)[0]
+    others = [PROMPTS[i % len(PROMPTS)][: 2 + i] for i in range(9)]
+    llm = LLM.from_models(cpu_backend, target, head, spec=spec, seed=0, max_batch_size=16)
+    crowded = llm.generate(others[:4] + [probe] + others[4:], params)[4]
+    assert crowded.token_ids == alone.token_ids
