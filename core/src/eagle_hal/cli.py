@@ -28,6 +28,10 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command("backends", "eagle_hal.commands.backends", "list backends, why each is (un)usable"),
+    Command("generate", "eagle_hal.commands.generate", "generate text with EAGLE speculative decoding"),
+    Command("bench", "eagle_hal.commands.bench", "benchmark plain vs speculative decoding"),
+    Command("train-draft", "eagle_hal.commands.train_draft", "train an EAGLE draft head for a target"),
+    Command("conformance", "eagle_hal.commands.conformance", "run the conformance suite on a backend"),
 )
 
 
