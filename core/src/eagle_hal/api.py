@@ -84,6 +84,7 @@ class LLM:
         )
         self.model_path = model
         self.draft_path = draft_path
+        self.last_outputs: list[RequestOutput] = []
 
     @classmethod
     def from_models(
@@ -110,6 +111,7 @@ class LLM:
         )
         llm.model_path = None
         llm.draft_path = None
+        llm.last_outputs = []
         return llm
 
     def _setup(
@@ -209,10 +211,12 @@ class LLM:
         chat: bool = False,
     ) -> Iterator[StreamDelta]:
         """Generate, yielding per-request deltas as they are produced. Closing the iterator
-        early cancels what is still running."""
+        early cancels what is still running. Once it is exhausted, ``last_outputs`` holds
+        the finished outputs (with statistics) in prompt order."""
         requests = self._submit(prompts, params, chat)
         try:
             yield from self.engine.stream()
+            self.last_outputs = [self.engine.output(r, text) for r, text in requests]
         finally:
             for request, _ in requests:
                 self.engine.cancel(request.request_id)

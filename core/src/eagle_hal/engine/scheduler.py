@@ -84,6 +84,7 @@ class Scheduler:
     def _admit(self, headroom: int) -> list[Request]:
         admitted: list[Request] = []
         budget = self.config.max_prefill_tokens
+        committed = 0  # pages the requests admitted in this call will take
         while self.waiting and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
             tokens = len(self.context_ids(request))
@@ -102,7 +103,7 @@ class Scheduler:
             if not self.table.can_add_request():
                 break
             pages = -(-need // self.table.page_size)
-            if not self.table.allocator.can_allocate(pages):
+            if not self.table.allocator.can_allocate(committed + pages):
                 if not self.running and not admitted and pages > self.table.allocator.num_pages - 1:
                     self.waiting.popleft()
                     self._reject(
@@ -119,13 +120,14 @@ class Scheduler:
             self.running.append(request)
             admitted.append(request)
             budget -= tokens
+            committed += pages
         return admitted
 
     def _ensure_headroom(self, headroom: int) -> None:
-        """Preempt the newest running requests until every one can grow by ``headroom``."""
+        """Preempt the newest running requests until all of them together can grow by
+        ``headroom`` (the pages of one decode iteration for the whole batch)."""
         while self.running:
-            short = [r for r in self.running if not self._can_grow(r, headroom)]
-            if not short:
+            if self._pages_to_grow(headroom) <= self.table.allocator.num_free_pages:
                 return
             if len(self.running) == 1:
                 victim = self.running[0]
@@ -138,10 +140,13 @@ class Scheduler:
                 return
             self.preempt(self.running[-1])
 
-    def _can_grow(self, request: Request, headroom: int) -> bool:
-        assert request.table_row is not None
-        new_len = min(request.cached_len + headroom, self.config.max_context)
-        return self.table.can_reserve(request.table_row, new_len)
+    def _pages_to_grow(self, headroom: int) -> int:
+        total = 0
+        for request in self.running:
+            assert request.table_row is not None
+            new_len = min(request.cached_len + headroom, self.config.max_context)
+            total += self.table.pages_needed(request.table_row, new_len)
+        return total
 
     # -- lifecycle -------------------------------------------------------------------------
 

@@ -1,0 +1,191 @@
+"""``eagle-hal generate``: generate text with EAGLE speculative decoding.
+
+Text streams to the terminal by default (one prompt) or is printed per prompt (several);
+``--json`` prints one object with the outputs and the run's statistics instead.
+``--compare-plain`` also decodes the same prompts without the draft head, in the same
+process, and prints both speeds side by side (what ``make demo`` shows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_argument_group("where")
+    where.add_argument("--device", default="auto", help='device string: "cpu", "cuda:0", "npu", "auto"')
+    where.add_argument("--backend", default=None, help="force a backend by name")
+    where.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    where.add_argument("--tp", type=int, default=1, help="tensor-parallel processes (one per device)")
+    what = parser.add_argument_group("models")
+    what.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
+    what.add_argument("--draft", default="default", help='EAGLE head directory, "default" or "none"')
+    prompts = parser.add_argument_group("prompts")
+    prompts.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
+    prompts.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line")
+    prompts.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    sampling = parser.add_argument_group("sampling")
+    sampling.add_argument("--max-new-tokens", type=int, default=128)
+    sampling.add_argument("--temperature", type=float, default=0.0)
+    sampling.add_argument("--top-p", type=float, default=1.0)
+    sampling.add_argument("--top-k", type=int, default=0)
+    sampling.add_argument("--seed", type=int, default=None)
+    spec = parser.add_argument_group("speculation")
+    spec.add_argument("--spec-steps", type=int, default=None, help="draft steps S (0: no speculation)")
+    spec.add_argument("--spec-topk", type=int, default=None, help="branches per step K (1: chain)")
+    spec.add_argument("--spec-draft-tokens", type=int, default=None, help="verify tokens N per request")
+    spec.add_argument("--adaptive", action="store_true", help="let the controller choose S")
+    out = parser.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    out.add_argument("--compare-plain", action="store_true",
+                     help="also run plain decoding of the same prompts and compare speeds")
+    out.add_argument("--max-batch-size", type=int, default=16)
+    out.add_argument("--max-context", type=int, default=2048)
+
+
+def _prompts(args: argparse.Namespace) -> list[str]:
+    prompts = list(args.prompt)
+    if args.prompts_file is not None:
+        try:
+            lines = args.prompts_file.read_text(encoding="utf-8").splitlines()
+        except OSError as exc:
+            raise SystemExit(f"eagle-hal generate: cannot read --prompts-file: {exc}") from exc
+        prompts += [line for line in lines if line.strip()]
+    if not prompts:
+        prompts = ["Write a short poem about a lighthouse keeper."]
+    return prompts
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from eagle_hal.spec.config import SpecConfig
+
+    base = SpecConfig()
+    steps = base.num_steps if args.spec_steps is None else args.spec_steps
+    topk = base.topk if args.spec_topk is None else args.spec_topk
+    return SpecConfig(num_steps=steps, topk=topk, num_draft_tokens=args.spec_draft_tokens,
+                      adaptive=args.adaptive)
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tp > 1:
+        from eagle_hal.parallel.launch import launch_generate
+
+        return launch_generate(args, args.tp)
+    from eagle_hal.api import LLM
+    from eagle_hal.engine.request import SamplingParams
+
+    prompts = _prompts(args)
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+    )
+    draft = None if args.draft.lower() == "none" else args.draft
+    started = time.perf_counter()
+    llm = LLM(
+        model=args.model, draft=draft, device=args.device, backend=args.backend, spec=_spec(args),
+        dtype=args.dtype, max_batch_size=args.max_batch_size, max_context=args.max_context,
+        seed=args.seed, progress=not args.json,
+    )
+    if not args.json:
+        head = llm.draft_path if llm.draft is not None else "none (plain decoding)"
+        _progress(f"loaded in {time.perf_counter() - started:.1f} s: backend {llm.backend.name} on "
+                  f"{llm.backend.torch_device}, {llm.dtype}, draft head: {head}")
+    chat = not args.no_chat
+    if args.compare_plain:  # a few tokens first, so neither timed run pays the warm-up
+        llm.generate(prompts[:1], SamplingParams(max_new_tokens=4), chat=chat)
+    stream = not args.json and len(prompts) == 1
+    spec_run = _timed_run(llm, prompts, params, chat, stream=stream)
+    plain_run = None
+    if args.compare_plain:
+        plain = LLM.from_models(
+            llm.backend, llm.target, None, llm.tokenizer, llm.spec,
+            max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
+        )
+        plain.generate(prompts[:1], SamplingParams(max_new_tokens=4), chat=chat)
+        plain_run = _timed_run(plain, prompts, params, chat, stream=False)
+    if args.json:
+        print(json.dumps(_report(llm, spec_run, plain_run), indent=2))
+        return 0
+    if not stream:
+        for index, output in enumerate(spec_run["outputs"]):
+            print(f"--- [{index}] {output.prompt!r}")
+            print(output.text)
+    _print_summary(llm, spec_run, plain_run)
+    return 0
+
+
+def _timed_run(llm: Any, prompts: list[str], params: Any, chat: bool, *, stream: bool) -> dict[str, Any]:
+    start = time.perf_counter()
+    if stream:
+        for delta in llm.stream(prompts, params, chat=chat):
+            print(delta.text, end="", flush=True)
+        print()
+        outputs = llm.last_outputs
+    else:
+        outputs = llm.generate(prompts, params, chat=chat)
+    elapsed = time.perf_counter() - start
+    tokens = sum(o.num_tokens for o in outputs)
+    verify_steps = sum(o.stats.verify_steps for o in outputs)
+    accepted = sum(o.stats.accepted_tokens for o in outputs)
+    return {
+        "outputs": outputs,
+        "seconds": elapsed,
+        "tokens": tokens,
+        "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+        "verify_steps": verify_steps,
+        "accept_length": accepted / verify_steps if verify_steps else 0.0,
+    }
+
+
+def _stats(llm: Any, run: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "tokens_per_s": round(run["tokens_per_s"], 2),
+        "accept_length": round(run["accept_length"], 3),
+        "verify_steps": run["verify_steps"],
+        "tokens": run["tokens"],
+        "seconds": round(run["seconds"], 3),
+        "backend": llm.backend.name,
+        "device": str(llm.backend.torch_device),
+    }
+
+
+def _report(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "outputs": [
+            {"text": o.text, "token_ids": list(o.token_ids), "num_tokens": o.num_tokens,
+             "accept_length": round(o.accept_length, 3), "finish_reason": o.finish_reason.value}
+            for o in spec_run["outputs"]
+        ],
+        "stats": _stats(llm, spec_run),
+    }
+    report["stats"]["draft"] = str(llm.draft_path) if llm.draft is not None else None
+    if plain_run is not None:
+        report["plain"] = _stats(llm, plain_run)
+        report["plain"]["same_tokens"] = [
+            a.token_ids == b.token_ids for a, b in zip(spec_run["outputs"], plain_run["outputs"])
+        ]
+    return report
+
+
+def _print_summary(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None) -> None:
+    label = "EAGLE" if llm.draft is not None else "plain"
+    print(f"\n{label}: {spec_run['tokens']} tokens in {spec_run['seconds']:.2f} s = "
+          f"{spec_run['tokens_per_s']:.1f} tokens/s, accept length {spec_run['accept_length']:.2f} "
+          f"({spec_run['verify_steps']} target passes) on {llm.backend.name}:{llm.backend.torch_device}")
+    if plain_run is not None:
+        same = all(a.token_ids == b.token_ids for a, b in zip(spec_run["outputs"], plain_run["outputs"]))
+        ratio = spec_run["tokens_per_s"] / plain_run["tokens_per_s"] if plain_run["tokens_per_s"] else 0.0
+        print(f"plain: {plain_run['tokens']} tokens in {plain_run['seconds']:.2f} s = "
+              f"{plain_run['tokens_per_s']:.1f} tokens/s, accept length {plain_run['accept_length']:.2f}")
+        print(f"speedup {ratio:.2f}x; same tokens as plain decoding: {'yes' if same else 'NO'}")

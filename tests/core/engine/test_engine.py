@@ -1,0 +1,209 @@
+"""The engine through the public API: stops, EOS, preemption, cancellation, streaming.
+
+The oracle is plain greedy decoding of the same model (no draft), whose own correctness
+against HF transformers is tested in tests/core/model, cut where the stop rule says.
+Every test ends with zero KV pages in use.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle_hal import select_backend
+from eagle_hal.api import LLM, PromptTooLong
+from eagle_hal.engine.request import FinishReason, SamplingParams
+from eagle_hal.spec.config import SpecConfig
+from eagle_hal.testing.models import matching_eagle1, near_bigram_target
+
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3, 2], [3, 8, 4, 6, 2, 6, 4, 3]]
+SPEC = SpecConfig(num_steps=4, topk=2, num_draft_tokens=8)
+
+
+class CharTokenizer:
+    """Token i is the letter ``chr(97 + i % 26)``: a detokenizer for stop strings."""
+
+    eos_token_ids = ()
+
+    def decode(self, token_ids):
+        return "".join(chr(97 + t % 26) for t in token_ids)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return select_backend("cpu")
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = near_bigram_target(seed=5)
+    return target, matching_eagle1(target, noise=0.02)
+
+
+def make(backend, models, draft=True, **kwargs):
+    target, head = models
+    llm = LLM.from_models(backend, target, head if draft else None, kwargs.pop("tokenizer", None),
+                          SPEC, **kwargs)
+    return llm
+
+
+def plain_tokens(backend, models, prompts, max_new_tokens):
+    llm = make(backend, models, draft=False)
+    out = llm.generate(prompts, SamplingParams(max_new_tokens=max_new_tokens, ignore_eos=True))
+    return [list(o.token_ids) for o in out]
+
+
+def test_max_new_tokens_is_exact_even_when_a_path_overshoots(backend, models):
+    llm = make(backend, models)
+    expected = plain_tokens(backend, models, PROMPTS, 40)
+    for limit in (1, 2, 7, 13):
+        out = llm.generate(PROMPTS, SamplingParams(max_new_tokens=limit))
+        assert [list(o.token_ids) for o in out] == [e[:limit] for e in expected]
+        assert all(o.finish_reason is FinishReason.LENGTH for o in out)
+    assert max(o.accept_length for o in out) > 2.0  # paths were long enough to overshoot
+    assert llm.used_pages == 0
+
+
+def test_stop_token_inside_an_accepted_path(backend, models):
+    expected = plain_tokens(backend, models, PROMPTS, 30)
+    for index, tokens in enumerate(expected):
+        stop = tokens[5]  # a token emitted mid-output
+        first = tokens.index(stop)
+        llm = make(backend, models)
+        (out,) = llm.generate([PROMPTS[index]], SamplingParams(max_new_tokens=30, stop_token_ids=(stop,)))
+        assert list(out.token_ids) == tokens[:first]  # the stop token is not output
+        assert out.finish_reason is FinishReason.STOP
+        assert llm.used_pages == 0
+
+
+def test_eos_inside_an_accepted_path(backend, models):
+    expected = plain_tokens(backend, models, PROMPTS, 30)
+    eos = expected[0][8]
+    target = near_bigram_target(seed=5, eos=(eos,))
+    llm = LLM.from_models(backend, target, matching_eagle1(target, noise=0.02), spec=SPEC)
+    out = llm.generate(PROMPTS, SamplingParams(max_new_tokens=30))
+    for o, tokens in zip(out, expected):
+        cut = tokens.index(eos) if eos in tokens else len(tokens)
+        assert list(o.token_ids) == tokens[:cut]
+        assert o.finish_reason is (FinishReason.STOP if eos in tokens else FinishReason.LENGTH)
+    ignoring = llm.generate(PROMPTS, SamplingParams(max_new_tokens=30, ignore_eos=True))
+    assert [list(o.token_ids) for o in ignoring] == expected
+    assert llm.used_pages == 0
+
+
+def test_stop_string_cuts_text_where_plain_decoding_would(backend, models):
+    tokenizer = CharTokenizer()
+    expected = plain_tokens(backend, models, PROMPTS, 30)
+    for index, tokens in enumerate(expected):
+        text = tokenizer.decode(tokens)
+        stop = text[6:8]
+        cut = text.index(stop)
+        llm = make(backend, models, tokenizer=tokenizer)
+        (out,) = llm.generate([PROMPTS[index]], SamplingParams(max_new_tokens=30, stop=(stop,)))
+        assert out.text == text[:cut]
+        assert out.finish_reason is FinishReason.STOP
+        # the token that completed the stop string is the last one kept
+        assert list(out.token_ids) == tokens[: cut + len(stop)]
+        assert llm.used_pages == 0
+
+
+def test_streaming_concatenates_to_the_final_output(backend, models):
+    llm = make(backend, models, tokenizer=CharTokenizer())
+    params = SamplingParams(max_new_tokens=25)
+    texts: dict[int, str] = {}
+    ids: dict[int, list[int]] = {}
+    finished = set()
+    for delta in llm.stream(PROMPTS, params):
+        assert delta.request_id not in finished
+        texts[delta.request_id] = texts.get(delta.request_id, "") + delta.text
+        ids.setdefault(delta.request_id, []).extend(delta.token_ids)
+        if delta.finished:
+            finished.add(delta.request_id)
+    outputs = llm.last_outputs
+    assert len(finished) == len(PROMPTS)
+    for o in outputs:
+        assert texts[o.request_id] == o.text
+        assert ids[o.request_id] == list(o.token_ids)
+    assert [list(o.token_ids) for o in outputs] == plain_tokens(backend, models, PROMPTS, 25)
+    assert llm.used_pages == 0
+
+
+def test_cancellation_frees_everything_and_spares_the_others(backend, models):
+    llm = make(backend, models)
+    expected = plain_tokens(backend, models, PROMPTS, 30)
+    stream = llm.stream(PROMPTS, SamplingParams(max_new_tokens=30))
+    got: dict[int, list[int]] = {}
+    victim = None
+    for delta in stream:
+        got.setdefault(delta.request_id, []).extend(delta.token_ids)
+        if victim is None and len(got) == len(PROMPTS):
+            victim = delta.request_id
+            llm.engine.cancel(victim)
+    assert llm.used_pages == 0
+    for rid, tokens in zip(sorted(got), expected):
+        if rid == victim:
+            assert len(got[rid]) < 30 and got[rid] == tokens[: len(got[rid])]
+        else:
+            assert got[rid] == tokens
+
+
+def test_closing_a_stream_early_cancels_and_frees(backend, models):
+    llm = make(backend, models)
+    stream = llm.stream(PROMPTS, SamplingParams(max_new_tokens=30))
+    next(stream)
+    assert llm.used_pages > 0
+    stream.close()
+    assert llm.used_pages == 0
+    out = llm.generate(PROMPTS[:1], SamplingParams(max_new_tokens=5))  # still usable
+    assert len(out[0].token_ids) == 5
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_kv_exhaustion_preempts_and_resumes_losslessly(backend, models, page_size):
+    prompts = [p * 2 for p in PROMPTS] * 2
+    expected = plain_tokens(backend, models, prompts, 40)
+    llm = make(backend, models, kv_cache_tokens=160, page_size=page_size, max_batch_size=10)
+    out = llm.generate(prompts, SamplingParams(max_new_tokens=40))
+    assert [list(o.token_ids) for o in out] == expected
+    assert sum(o.stats.preemptions for o in out) > 0  # the cache really ran out
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+
+
+def test_request_that_can_never_fit_is_rejected_not_crashed(backend, models):
+    llm = make(backend, models, kv_cache_tokens=48, max_batch_size=2, max_context=512)
+    small, huge = PROMPTS[0], list(range(1, 50)) * 2  # 98 tokens > the whole cache
+    out = llm.generate([huge, small], SamplingParams(max_new_tokens=10))
+    assert out[0].finish_reason is FinishReason.ERROR and out[0].error
+    assert "KV" in out[0].error or "cache" in out[0].error
+    assert list(out[1].token_ids) == plain_tokens(backend, models, [small], 10)[0]
+    assert llm.used_pages == 0
+
+
+def test_prompt_longer_than_the_context_is_an_error(backend, models):
+    llm = make(backend, models, max_context=64)
+    with pytest.raises(PromptTooLong, match="64"):
+        llm.generate([[1] * 64], SamplingParams(max_new_tokens=4))
+    with pytest.raises(ValueError):
+        llm.generate([[]], SamplingParams(max_new_tokens=4))
+    assert llm.used_pages == 0
+
+
+def test_generation_stops_at_the_end_of_the_context(backend, models):
+    llm = make(backend, models, max_context=40)
+    (out,) = llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=100))
+    assert out.finish_reason is FinishReason.LENGTH
+    assert len(PROMPTS[0]) + len(out.token_ids) < 40
+    assert list(out.token_ids) == plain_tokens(backend, models, [PROMPTS[0]], 40)[0][: len(out.token_ids)]
+    assert llm.used_pages == 0
+
+
+def test_per_request_statistics(backend, models):
+    llm = make(backend, models)
+    out = llm.generate(PROMPTS, SamplingParams(max_new_tokens=20))
+    for o in out:
+        s = o.stats
+        assert s.prompt_tokens > 0 and s.output_tokens == len(o.token_ids) == 20
+        # prefill emits one token; every verify pass emits accept_length of them
+        assert s.accepted_tokens == s.output_tokens - 1 or s.accepted_tokens >= s.output_tokens - 1
+        assert s.verify_steps >= 1 and 1.0 <= o.accept_length <= SPEC.num_steps + 1
+        assert s.time_to_first_token is not None and s.time_to_first_token >= 0
+        assert s.decode_tokens_per_s > 0
