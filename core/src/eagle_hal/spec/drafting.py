@@ -18,7 +18,7 @@ from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import SamplingOps, TreeShape, TreeStep, VerifyTree
 
-__all__ = ["DraftState", "draft_tree", "single_node_tree"]
+__all__ = ["DraftState", "draft_chain", "draft_tree", "single_node_tree"]
 
 
 class DraftState(NamedTuple):
@@ -40,7 +40,10 @@ def draft_tree(
     seq_t: torch.Tensor,
     roots: torch.Tensor,
 ) -> VerifyTree:
-    """Draft S levels for every request and lay out the verify tree (root = ``roots``)."""
+    """Draft S levels for every request and lay out the verify tree (root = ``roots``).
+    A chain (K = 1, N = S + 1) takes ``draft_chain``, which needs no tree bookkeeping."""
+    if shape.topk == 1 and shape.num_draft_tokens == shape.num_steps + 1:
+        return draft_chain(runner, ops, shape.num_steps, states, rows, rows_t, seq_lens, seq_t, roots)
     draft = runner.draft
     batch, topk, steps = len(states), shape.topk, shape.num_steps
     probs = torch.stack([s.topk_probs for s in states])  # [B, K]
@@ -81,6 +84,45 @@ def draft_tree(
     return ops.build_verify_tree(
         roots, tree.tokens, tree.parents, seq_t, runner.tree_mask_mode,
         seq_lens_sum=sum(seq_lens),
+    )
+
+
+def draft_chain(
+    runner: ModelRunner,
+    ops: SamplingOps,
+    steps: int,
+    states: Sequence[DraftState],
+    rows: Sequence[int],
+    rows_t: torch.Tensor,
+    seq_lens: Sequence[int],
+    seq_t: torch.Tensor,
+    roots: torch.Tensor,
+) -> VerifyTree:
+    """The top-1 fast path: S greedy draft tokens per request, each attending to the
+    prefix and the chain before it; no candidate scoring, selection or reordering."""
+    batch = len(states)
+    tokens = [torch.stack([s.topk_ids[0] for s in states])]  # S x [B]
+    hidden = torch.stack([s.hidden for s in states])  # [B, H]
+    scratch = runner.slots_at(rows_t[:, None], seq_t[:, None] + torch.arange(steps, device=runner.device))  # [B, S]
+    for depth_index in range(steps - 1):
+        forward = runner.make_batch(
+            ForwardMode.DRAFT_DECODE,
+            input_ids=tokens[-1][:, None],
+            positions=(seq_t + depth_index)[:, None],
+            rows=rows,
+            prefix_lens=seq_lens,
+            extend_lens=[1] * batch,
+            out_cache_loc=scratch[:, depth_index : depth_index + 1],
+            draft_kv_slots=scratch[:, : depth_index + 1].to(runner.slot_dtype),
+            num_branches=1,
+        )
+        hidden = runner.run_draft(forward, hidden)  # [B, H]
+        _, ids = runner.draft.topk(hidden, 1)  # [B, 1]
+        tokens.append(ids[:, 0])
+    chain = torch.stack(tokens, dim=1)  # [B, S]
+    parents = torch.arange(steps, device=runner.device).expand(batch, steps)  # node i's parent: i - 1
+    return ops.build_verify_tree(
+        roots, chain, parents, seq_t, runner.tree_mask_mode, seq_lens_sum=sum(seq_lens),
     )
 
 
