@@ -24,8 +24,13 @@ $(STAMP): Makefile requirements-dev.txt core/pyproject.toml $(wildcard backends/
 	$(PIP) install -q --no-deps $(foreach d,$(DISTS),-e $(d))
 	touch $@
 
+DEMO_PROMPT ?= Explain in a few sentences why the sky is blue.
+
+# The main job: a chat answer on the CPU with the default model and draft head, next to
+# plain decoding of the same prompt (speed, accept length, same tokens).
 demo: install
-	$(VENV)/bin/eagle-hal backends
+	$(VENV)/bin/eagle-hal generate --device cpu --max-new-tokens 128 --compare-plain \
+		--prompt "$(DEMO_PROMPT)"
 
 test: install
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider tests
