@@ -203,6 +203,21 @@ class Backend(abc.ABC):
         """Numeric tolerances for the conformance suite."""
         return Tolerances()
 
+    def known_failures(self) -> dict[str, str]:
+        """Conformance checks this backend is known to fail: check-id pattern -> reason.
+
+        Patterns are ``fnmatch`` globs over check ids such as
+        ``"attention/forward[target_verify-full-page16]"`` (see ``docs/conformance.md``). A
+        matching check is expected to fail; if it passes, the suite reports an unexpected
+        pass (and fails), so the declaration is kept honest.
+        """
+        return {}
+
+    def library_versions(self) -> dict[str, str]:
+        """Versions of the vendor libraries this backend runs on (driver, runtime, kernel
+        libraries), for the conformance report. Empty unless overridden."""
+        return {}
+
     def synchronize(self) -> None:
         """Wait for queued device work (used by benchmarks and the engine's timers)."""
         import torch

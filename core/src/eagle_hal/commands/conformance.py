@@ -1,0 +1,48 @@
+"""``eagle-hal conformance --device D [--backend B] [--report FILE] [--areas A,B]``.
+
+Runs the conformance suite (``eagle_hal.conformance``) in this process against the backend
+the registry selects for ``--device`` (or the one forced by ``--backend``), prints the
+per-area table and, with ``--report``, writes the JSON report to FILE and the Markdown
+table beside it (FILE with suffix ``.md``). Exit status 0 only if no check failed and no
+declared known failure passed unexpectedly.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from eagle_hal.conformance import AREAS
+
+    parser.add_argument("--device", required=True, help="device string: cpu, cuda:0, npu, xpu:1, ...")
+    parser.add_argument("--backend", default=None, help="force the backend by name")
+    parser.add_argument(
+        "--plugin", default=None, metavar="MODULE",
+        help="take the backend from this plugin module instead of installed entry points",
+    )
+    parser.add_argument("--report", default=None, metavar="FILE", help="write the JSON report here")
+    parser.add_argument(
+        "--areas", default=None, metavar="AREA[,AREA...]",
+        help=f"run only these areas (default all: {','.join(AREAS)})",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's per-check output")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eagle_hal.conformance.runner import SuiteDidNotRun, run_suite
+
+    areas = [a for a in args.areas.split(",") if a] if args.areas else None
+    try:
+        report = run_suite(
+            args.device, args.backend, plugin_module=args.plugin, areas=areas,
+            report_path=args.report, quiet=not args.verbose,
+        )
+    except SuiteDidNotRun as exc:
+        print(f"eagle-hal conformance: {exc}")
+        return 2
+    if args.report:
+        print(f"\nreport written to {args.report}")
+    return 1 if report.failed else 0

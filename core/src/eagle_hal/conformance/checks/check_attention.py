@@ -1,0 +1,117 @@
+"""Area 3, attention: the backend's ``AttentionBackend`` in every forward mode against a
+dense float64 oracle, over page sizes, dtypes, ragged batches and every tree-mask layout
+the backend accepts.
+
+Each case fills scattered pages of a ``KVStorage`` in the backend's layout with random K/V,
+runs ``plan`` and ``forward`` for layer 1 (of 2, so a layer mix-up shows), and compares
+each query's output with softmax attention over exactly the slots the mode's definition
+(``eagle_hal.hal.attention``) lets it see. Tolerances are the backend's own, per dtype.
+For a tree-mask layout the suite sets ``attention_backend.tree_mask_mode`` before planning;
+a backend that lists a layout in ``Capabilities.tree_mask_modes`` must honour that.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+import torch
+
+from eagle_hal.backend import Backend, TreeMaskMode
+from eagle_hal.conformance.compare import assert_close
+from eagle_hal.conformance.paged import PagedScene, encode_tree_mask, random_parents
+from eagle_hal.conformance.requirements import requires
+from eagle_hal.hal.attention import ForwardMode
+
+PAGE_SIZES = [pytest.param(p, marks=requires(f"page_size:{p}"), id=f"page{p}") for p in (1, 16, 64)]
+DTYPES = [pytest.param(d, marks=requires(f"dtype:{d}"), id=d) for d in ("float32", "bfloat16")]
+VARIANTS = [
+    pytest.param((ForwardMode.EXTEND, None), id="extend"),
+    pytest.param((ForwardMode.DECODE, None), id="decode"),
+    pytest.param((ForwardMode.DRAFT_EXTEND, None), id="draft_extend"),
+    pytest.param((ForwardMode.DRAFT_DECODE, None), id="draft_decode"),
+    *[
+        pytest.param((ForwardMode.TARGET_VERIFY, m), marks=requires(f"tree_mask:{m}"), id=f"target_verify-{m}")
+        for m in TreeMaskMode.ALL
+    ],
+]
+LAYER = 1
+NODES = 5  # verify tree nodes per request
+BRANCHES, DEPTH = 3, 3  # draft decode
+
+
+def build_case(scene: PagedScene, mode: ForwardMode, mask_mode: str | None) -> tuple[Any, list[list[int]]]:
+    """A ragged batch of three requests for ``mode``; returns it and each token's visible
+    slots (the oracle's reading of the mode's definition)."""
+    rows = scene.rows[:3]
+    if mode in (ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.DRAFT_EXTEND):
+        prefix_lens = [0, 5, 37] if mode is not ForwardMode.DECODE else [1, 9, 37]
+        extend_lens = {ForwardMode.EXTEND: [4, 1, 7], ForwardMode.DECODE: [1, 1, 1],
+                       ForwardMode.DRAFT_EXTEND: [2, 3, 1]}[mode]
+        scene.fill_prefixes(rows, prefix_lens)
+        out, visible = [], []
+        for row, p, n in zip(rows, prefix_lens, extend_lens, strict=True):
+            out += scene.extend_rows(row, n)
+            visible += [scene.table[row, : p + i + 1].tolist() for i in range(n)]
+        return scene.forward_batch(mode, rows, prefix_lens, extend_lens, out), visible
+    prefix_lens = [1, 17, 40]
+    scene.fill_prefixes(rows, prefix_lens)
+    if mode is ForwardMode.TARGET_VERIFY:
+        assert mask_mode is not None
+        parents = random_parents(scene.gen, len(rows), NODES)
+        out, visible = [], []
+        for b, (row, p) in enumerate(zip(rows, prefix_lens, strict=True)):
+            slots = scene.extend_rows(row, NODES)
+            out += slots
+            for i in range(NODES):
+                chain, j = [], i
+                while j >= 0:
+                    chain.append(slots[j])
+                    j = int(parents[b, j])
+                visible.append(scene.table[row, :p].tolist() + sorted(chain))
+        mask = encode_tree_mask(parents, prefix_lens, mask_mode)
+        return scene.forward_batch(mode, rows, prefix_lens, [NODES] * 3, out, tree_mask=mask), visible
+    # DRAFT_DECODE: each branch row sees its prefix, its ancestors' scratch slots, itself.
+    pool = scene.scratch_slots(len(rows) * BRANCHES * DEPTH)
+    ancestors, own = pool[: -len(rows) * BRANCHES], pool[-len(rows) * BRANCHES :]
+    for layer in range(scene.geometry.num_layers):
+        scene.write(layer, ancestors, *scene.random_kv(len(ancestors)))
+    picks = torch.randint(0, len(ancestors), (len(rows) * BRANCHES, DEPTH - 1), generator=scene.gen)
+    kv_slots = torch.tensor([[ancestors[int(i)] for i in r] + [own[n]] for n, r in enumerate(picks)])
+    visible = [scene.table[rows[r // BRANCHES], : prefix_lens[r // BRANCHES]].tolist() + kv_slots[r].tolist()
+               for r in range(len(own))]
+    batch = scene.forward_batch(mode, rows, prefix_lens, [BRANCHES] * 3, own,
+                                draft_kv_slots=kv_slots, num_branches=BRANCHES)
+    return batch, visible
+
+
+def run_forward(scene: PagedScene, attention: Any, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plan and run layer ``LAYER``; returns (q on the host, the backend's output)."""
+    g = scene.geometry
+    tokens = batch.num_tokens
+    q = torch.randn(tokens, g.num_heads, g.head_dim, generator=scene.gen)
+    k, v = scene.random_kv(tokens)
+    batch.attn_metadata = attention.plan(batch)
+    out = attention.forward(LAYER, *(t.to(scene.device, scene.dtype) for t in (q, k, v)), batch)
+    scene.remember(LAYER, batch.out_cache_loc.tolist(), k, v)
+    return q, out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("page_size", PAGE_SIZES)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_forward(backend: Backend, tolerance: Any, variant: tuple[ForwardMode, str | None],
+                 page_size: int, dtype: str) -> None:
+    """One forward of ``variant``'s mode equals the dense oracle for every query token."""
+    mode, mask_mode = variant
+    scene = PagedScene(backend, page_size, dtype, seed=zlib.crc32(f"{mode.value}{mask_mode}{page_size}".encode()))
+    attention = scene.attention()
+    if mask_mode is not None:
+        attention.tree_mask_mode = mask_mode
+    batch, visible = build_case(scene, mode, mask_mode)
+    q, out = run_forward(scene, attention, batch)
+    expected = scene.dense_attention(LAYER, q, visible)
+    where = f"attention {mode.value}{f'[{mask_mode}]' if mask_mode else ''} page_size={page_size} {dtype}"
+    assert out.dtype == scene.dtype, f"{where}: output dtype {out.dtype}, expected {scene.dtype}"
+    assert_close(f"{where}: output [T, H, D]", out, expected, *tolerance(dtype))
