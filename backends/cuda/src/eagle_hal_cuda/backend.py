@@ -1,22 +1,30 @@
-"""The CUDA backend implementation, imported only when the backend is selected."""
+"""The CUDA backend implementation, imported only when the backend is selected.
+
+Attention is eagle-hal's device-neutral Triton paged attention (``ops/triton``), the tree
+and sampling operations are the fused Triton ``SamplingOps``, and forwards are captured as
+CUDA graphs by the core's graph runner. FlashInfer is not used yet.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eagle_hal.backend import Backend, Capabilities
+from eagle_hal.backend import Backend, Capabilities, Tolerances
 
 from eagle_hal_cuda.plugin import CAPABILITIES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
     from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
+    from eagle_hal.hal.graphs import GraphCapture
+    from eagle_hal.hal.kv_layout import KVLayout
+    from eagle_hal.hal.sampling import SamplingOps
 
 __all__ = ["CudaBackend"]
 
 
 class CudaBackend(Backend):
-    """NVIDIA GPUs. Eager, with the pure-torch reference attention for now."""
+    """NVIDIA GPUs: Triton attention and sampling ops, CUDA-graph capture."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -29,7 +37,33 @@ class CudaBackend(Backend):
         return torch.device(self.device_spec.torch_device_string)
 
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
-        """The device-neutral ``TorchAttentionBackend`` (Triton kernels come later)."""
-        from eagle_hal.ops.attention_reference import TorchAttentionBackend
+        """A ``TritonAttentionBackend`` (tree_block masks, NHD or HND storage)."""
+        from eagle_hal.ops.triton.attention import TritonAttentionBackend
 
-        return TorchAttentionBackend(config)
+        return TritonAttentionBackend(config)
+
+    def sampling_ops(self) -> SamplingOps:
+        """The fused Triton ``SamplingOps`` (the reference for the rest)."""
+        from eagle_hal.ops.triton import TritonSamplingOps
+
+        return TritonSamplingOps()
+
+    def graph_capture(self) -> GraphCapture | None:
+        """CUDA graphs (``torch.accelerator.Graph`` where torch has it) on this device."""
+        from eagle_hal_cuda.graphs import CudaGraphCapture
+
+        return CudaGraphCapture(self.torch_device)
+
+    def kv_layout(self) -> KVLayout:
+        """NHD storage (``[slots, kv_heads, head_dim]``), int64 slots, any page size."""
+        from eagle_hal.hal.kv_layout import KVLayout
+
+        return KVLayout(order="NHD", page_size=1, slot_dtype="int64")
+
+    def tolerances(self) -> Tolerances:
+        """Float32 accumulation everywhere; half-precision bounds are those of the
+        activations' rounding."""
+        return Tolerances(
+            atol={"float32": 1e-4, "bfloat16": 3e-2, "float16": 5e-3},
+            rtol={"float32": 1e-4, "bfloat16": 3e-2, "float16": 5e-3},
+        )

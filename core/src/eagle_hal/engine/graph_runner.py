@@ -1,0 +1,254 @@
+"""Device-graph capture of model forwards, per batch-size bucket.
+
+``GraphRunner`` sits beside the ``ModelRunner`` and replaces an eager forward by the replay
+of a captured one when it can. A forward is capturable when every request has the same
+number of query tokens (DECODE, TARGET_VERIFY, DRAFT_DECODE, and DRAFT_EXTEND when the
+accepted lengths agree, e.g. always at batch size 1) and the batch fits a bucket. Graphs are
+captured lazily, the first time a shape is seen, one per
+
+    (model, mode, bucket, tokens per request, draft depth, aux layers),
+
+each with its own static input buffers (the padded ``ForwardBatch`` it was captured with)
+and static outputs; all graphs share the ``GraphCapture``'s memory pool.
+
+Replay: the real batch's tensors are copied into the front of the static buffers; padded
+requests get table row 0, prefix length 0, position 0, token 0 and write their K/V to the
+padding page's first slot (never allocated), so they read and disturb nothing real. The
+attention backend's ``plan_for_replay`` hook refreshes its metadata, the graph replays,
+and the outputs are sliced to the real tokens and copied out (the static outputs are
+overwritten by the next replay). Anything else (prefill, ragged extends, batches larger
+than the largest bucket) returns ``None`` and the caller runs eagerly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from eagle_hal.engine.page_allocator import PADDING_PAGE
+from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.model.llama import ModelOutput
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.engine.runner import ModelRunner
+
+__all__ = ["DEFAULT_BUCKETS", "GraphRunner", "supports_replay"]
+
+DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CAPTURED_MODES = frozenset(
+    {ForwardMode.DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_DECODE,
+     ForwardMode.DRAFT_EXTEND}
+)
+MAX_TOKENS_PER_REQUEST = 64  # uniform forwards with more query tokens per request run eagerly
+
+
+def supports_replay(attn: AttentionBackend) -> bool:
+    """Whether ``attn`` implements the graph-replay hook (the base class's raises)."""
+    return type(attn).plan_for_replay is not AttentionBackend.plan_for_replay
+
+
+@dataclasses.dataclass
+class _CapturedForward:
+    graph: DeviceGraph
+    batch: ForwardBatch  # the static, padded batch the graph reads
+    hidden_in: torch.Tensor | None  # draft only: [bucket * n, H] static input features
+    outputs: tuple[torch.Tensor, ...]  # static outputs, [bucket * n, ...] each
+    tokens_per_request: int
+
+
+class GraphRunner:
+    """Captured target and draft forwards for one ``ModelRunner``; see the module docstring.
+
+    ``buckets`` are the padded batch sizes (sorted, positive); a batch of B requests runs
+    in the smallest bucket >= B.
+    """
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        capture: GraphCapture,
+        buckets: Sequence[int] = DEFAULT_BUCKETS,
+    ) -> None:
+        if not buckets or any(b < 1 for b in buckets):
+            raise ValueError(f"graph buckets must be positive batch sizes, got {tuple(buckets)}")
+        self.runner = runner
+        self.capture = capture
+        self.buckets = tuple(sorted(set(buckets)))
+        self.pad_slot = PADDING_PAGE * runner.layout.page_size
+        self._graphs: dict[tuple[object, ...], _CapturedForward] = {}
+        self.replays = 0  # forwards served by a graph (for diagnostics and tests)
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self._graphs)
+
+    def bucket_for(self, batch_size: int) -> int | None:
+        """The smallest bucket holding ``batch_size`` requests, or ``None``."""
+        index = bisect.bisect_left(self.buckets, batch_size)
+        return self.buckets[index] if index < len(self.buckets) else None
+
+    def _capturable(self, batch: ForwardBatch) -> int | None:
+        """The bucket ``batch`` replays in, or ``None`` when it must run eagerly."""
+        lens = batch.extend_lens_cpu
+        if batch.mode not in CAPTURED_MODES or not lens:
+            return None
+        if any(n != lens[0] for n in lens) or not 1 <= lens[0] <= MAX_TOKENS_PER_REQUEST:
+            return None
+        return self.bucket_for(len(lens))
+
+    # -- the two model passes ---------------------------------------------------------------
+
+    def run_target(
+        self, batch: ForwardBatch, aux_layers: tuple[int, ...] = ()
+    ) -> ModelOutput | None:
+        """The target's ``ModelOutput`` for ``batch`` from a graph, or ``None`` (run it
+        eagerly). Captures on first sight of a shape."""
+        runner = self.runner
+        bucket = self._capturable(batch)
+        if bucket is None:
+            return None
+        key = ("target", *self._shape_key(batch, bucket), aux_layers)
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._capture_forward(
+                batch, bucket, runner.target_attn, None,
+                lambda static, _: _flatten_output(
+                    runner.target.forward(static, runner.target_attn, aux_layers=aux_layers)
+                ),
+            )
+            self._graphs[key] = entry
+        outputs = self._replay(entry, batch, None, runner.target_attn)
+        return ModelOutput(outputs[0], tuple(outputs[1:]))
+
+    def run_draft(self, batch: ForwardBatch, hidden: torch.Tensor) -> torch.Tensor | None:
+        """The draft's output hidden states ``[T, H]`` for ``batch`` and input features
+        ``hidden`` ``[T, H_in]`` from a graph, or ``None`` (run it eagerly)."""
+        runner = self.runner
+        bucket = self._capturable(batch)
+        if bucket is None or runner.draft is None or runner.draft_attn is None:
+            return None
+        key = ("draft", *self._shape_key(batch, bucket), hidden.shape[1:], hidden.dtype)
+        entry = self._graphs.get(key)
+        draft, attn = runner.draft, runner.draft_attn
+        if entry is None:
+            entry = self._capture_forward(
+                batch, bucket, attn, hidden,
+                lambda static, features: (draft.forward(static, attn, static.input_ids, features),),
+            )
+            self._graphs[key] = entry
+        return self._replay(entry, batch, hidden, attn)[0]
+
+    # -- capture and replay ---------------------------------------------------------------
+
+    @staticmethod
+    def _shape_key(batch: ForwardBatch, bucket: int) -> tuple[object, ...]:
+        depth = batch.draft_kv_slots.shape[1] if batch.draft_kv_slots is not None else 0
+        return (batch.mode, bucket, batch.extend_lens_cpu[0], batch.num_branches, depth)
+
+    def _static_batch(self, batch: ForwardBatch, bucket: int) -> ForwardBatch:
+        """Zeroed buffers of ``batch``'s shape padded to ``bucket`` requests."""
+        device, n = batch.input_ids.device, batch.extend_lens_cpu[0]
+        tokens = bucket * n
+        long = dict(dtype=torch.int64, device=device)
+        tree_mask = None
+        if batch.tree_mask is not None:
+            # padded requests see only themselves: any mask with a true diagonal would do
+            eye = torch.eye(n, dtype=batch.tree_mask.dtype, device=device)
+            tree_mask = eye.expand(bucket, n, n).contiguous()
+        draft_kv_slots = None
+        if batch.draft_kv_slots is not None:
+            depth = batch.draft_kv_slots.shape[1]
+            draft_kv_slots = torch.full(
+                (tokens, depth), self.pad_slot, dtype=batch.draft_kv_slots.dtype, device=device
+            )
+        return ForwardBatch(
+            mode=batch.mode,
+            input_ids=torch.zeros(tokens, **long),
+            positions=torch.zeros(tokens, **long),
+            req_pool_indices=torch.zeros(bucket, **long),
+            prefix_lens=torch.zeros(bucket, **long),
+            extend_lens=torch.full((bucket,), n, **long),
+            out_cache_loc=torch.full(
+                (tokens,), self.pad_slot, dtype=batch.out_cache_loc.dtype, device=device
+            ),
+            prefix_lens_cpu=(0,) * bucket,
+            extend_lens_cpu=(n,) * bucket,
+            tree_mask=tree_mask,
+            draft_kv_slots=draft_kv_slots,
+            num_branches=batch.num_branches,
+        )
+
+    def _capture_forward(
+        self,
+        batch: ForwardBatch,
+        bucket: int,
+        attn: AttentionBackend,
+        hidden: torch.Tensor | None,
+        body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
+    ) -> _CapturedForward:
+        static = self._static_batch(batch, bucket)
+        hidden_in = None
+        if hidden is not None:
+            hidden_in = hidden.new_zeros(static.num_tokens, *hidden.shape[1:])
+        static.attn_metadata = attn.plan_for_capture(static)
+        with self.capture.warmup():  # compiles kernels and settles lazy state off-graph
+            body(static, hidden_in)
+        graph = self.capture.new_graph()
+        outputs = self._record(graph, lambda: body(static, hidden_in))
+        return _CapturedForward(graph, static, hidden_in, outputs, batch.extend_lens_cpu[0])
+
+    def _record(
+        self, graph: DeviceGraph, body: Callable[[], tuple[torch.Tensor, ...]]
+    ) -> tuple[torch.Tensor, ...]:
+        """Capture ``body`` into ``graph``; returns its (static) outputs."""
+        with self.capture.capture(graph):
+            return body()
+
+    def _replay(
+        self,
+        entry: _CapturedForward,
+        batch: ForwardBatch,
+        hidden: torch.Tensor | None,
+        attn: AttentionBackend,
+    ) -> tuple[torch.Tensor, ...]:
+        static = entry.batch
+        size, tokens = batch.batch_size, batch.num_tokens
+        padded = static.batch_size > size
+        static.input_ids[:tokens].copy_(batch.input_ids)
+        static.positions[:tokens].copy_(batch.positions)
+        static.req_pool_indices[:size].copy_(batch.req_pool_indices)
+        static.prefix_lens[:size].copy_(batch.prefix_lens)
+        static.out_cache_loc[:tokens].copy_(batch.out_cache_loc)
+        if padded:  # a larger batch may have left real rows and slots behind
+            static.req_pool_indices[size:].zero_()
+            static.prefix_lens[size:].zero_()
+            static.out_cache_loc[tokens:].fill_(self.pad_slot)
+        if static.tree_mask is not None and batch.tree_mask is not None:
+            n = entry.tokens_per_request
+            static.tree_mask[:size].copy_(batch.tree_mask.reshape(size, n, n))
+        if static.draft_kv_slots is not None and batch.draft_kv_slots is not None:
+            static.draft_kv_slots[:tokens].copy_(batch.draft_kv_slots)
+            if padded:
+                static.draft_kv_slots[tokens:].fill_(self.pad_slot)
+        if entry.hidden_in is not None and hidden is not None:
+            entry.hidden_in[:tokens].copy_(hidden)
+        view = dataclasses.replace(
+            static,
+            prefix_lens_cpu=tuple(batch.prefix_lens_cpu) + (0,) * (static.batch_size - size),
+        )
+        assert static.attn_metadata is not None
+        attn.plan_for_replay(view, static.attn_metadata)
+        entry.graph.replay()
+        self.replays += 1
+        return tuple(out[:tokens].clone() for out in entry.outputs)
+
+
+def _flatten_output(output: Any) -> tuple[torch.Tensor, ...]:
+    """A target ``ModelOutput`` as a flat tuple: hidden states, then aux hidden states."""
+    return (output.hidden_states, *output.aux_hidden_states)
+

@@ -1,0 +1,214 @@
+"""``TritonAttentionBackend``: paged attention in our own Triton kernel, every forward mode.
+
+Shared by the CUDA, ROCm and XPU backends (and, interpreted, the CPU tests). Planning turns
+the host lengths of a batch into three per-token index tensors (which request a token
+belongs to, where its own run of key slots starts and how long it is); the kernel
+(``attention_kernels.paged_attention``) reads the prefix lengths and table rows from the
+batch's device tensors. So the metadata depends only on the batch's *shape*: it is cached
+per shape for uniform batches (decode, verify, draft decode, equal-length extends), and a
+captured graph replays with new lengths, rows and slots without any metadata refresh.
+
+Tree masks are read in ``TREE_BLOCK`` layout: bool ``[B, N, N]``, row ``i`` column ``j``
+true when node ``i`` sees node ``j``; the cached prefix is always visible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from eagle_hal.backend import TreeMaskMode
+from eagle_hal.hal.attention import (
+    AttentionBackend,
+    AttentionConfig,
+    AttentionMetadata,
+    ForwardBatch,
+    ForwardMode,
+)
+from eagle_hal.ops.triton.attention_kernels import paged_attention
+
+__all__ = ["TritonAttentionBackend", "TritonAttentionMetadata"]
+
+_MAX_CACHED_SHAPES = 256  # uniform batch shapes whose metadata is kept
+
+
+@dataclasses.dataclass
+class TritonAttentionMetadata(AttentionMetadata):
+    """Per-token key-run description of one batch shape (int32 tensors on the device)."""
+
+    token_request: torch.Tensor  # [T] request of each token
+    own_base: torch.Tensor  # [T] index of the token's first own slot in the own-slot run
+    own_len: torch.Tensor  # [T] own slots the token may read
+    tree_width: int  # N in TARGET_VERIFY, else 0
+    shape_key: tuple[object, ...]  # what the metadata was planned for
+
+
+class TritonAttentionBackend(AttentionBackend):
+    """Attention through ``paged_attention`` for every ``ForwardMode``; capturable.
+
+    ``forward`` queues the KV write and one kernel launch per layer and never reads a
+    device value on the host. Graph hooks: metadata is a function of the batch shape, so
+    ``plan_for_capture`` is ``plan`` and ``plan_for_replay`` only checks the shape.
+    """
+
+    tree_mask_mode = TreeMaskMode.TREE_BLOCK
+
+    def __init__(self, config: AttentionConfig) -> None:
+        super().__init__(config)
+        self._device = config.req_to_token.device
+        self._cache: dict[tuple[object, ...], TritonAttentionMetadata] = {}
+
+    # -- planning ------------------------------------------------------------------------
+
+    def plan(self, batch: ForwardBatch) -> TritonAttentionMetadata:
+        """Per-token key runs for ``batch``, from its host lengths only. Raises
+        ``ValueError`` for a batch inconsistent with its mode."""
+        key = self._shape_key(batch)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        metadata = self._build(batch, key)
+        if self._is_uniform(batch) and len(self._cache) < _MAX_CACHED_SHAPES:
+            self._cache[key] = metadata
+        return metadata
+
+    @staticmethod
+    def _shape_key(batch: ForwardBatch) -> tuple[object, ...]:
+        depth = batch.draft_kv_slots.shape[1] if batch.draft_kv_slots is not None else 0
+        return (batch.mode, batch.extend_lens_cpu, batch.num_branches, depth)
+
+    @staticmethod
+    def _is_uniform(batch: ForwardBatch) -> bool:
+        lens = batch.extend_lens_cpu
+        return all(n == lens[0] for n in lens)
+
+    def _build(self, batch: ForwardBatch, key: tuple[object, ...]) -> TritonAttentionMetadata:
+        mode, lens = batch.mode, batch.extend_lens_cpu
+        if sum(lens) != batch.num_tokens:
+            raise ValueError(
+                f"{mode.value}: {batch.num_tokens} tokens but extend_lens {lens} sum to "
+                f"{sum(lens)}"
+            )
+        token_request: list[int] = []
+        own_base: list[int] = []
+        own_len: list[int] = []
+        tree_width = 0
+        if mode is ForwardMode.DRAFT_DECODE:
+            depth = self._check_draft_decode(batch)
+            for t in range(batch.num_tokens):
+                token_request.append(t // batch.num_branches)
+                own_base.append(t * depth)
+                own_len.append(depth)
+        else:
+            if mode is ForwardMode.TARGET_VERIFY:
+                tree_width = self._check_verify(batch)
+            start = 0
+            for request, n in enumerate(lens):
+                for i in range(n):
+                    token_request.append(request)
+                    own_base.append(start)
+                    # causal: the request's new tokens up to this one; verify: all N nodes
+                    own_len.append(n if tree_width else i + 1)
+                start += n
+
+        def device_int32(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int32).to(self._device, non_blocking=True)
+
+        return TritonAttentionMetadata(
+            device_int32(token_request), device_int32(own_base), device_int32(own_len),
+            tree_width, key,
+        )
+
+    @staticmethod
+    def _check_draft_decode(batch: ForwardBatch) -> int:
+        if batch.draft_kv_slots is None:
+            raise ValueError("draft_decode needs batch.draft_kv_slots [B * K, depth]")
+        if batch.draft_kv_slots.shape[0] != batch.num_tokens:
+            raise ValueError(
+                f"draft_kv_slots has {batch.draft_kv_slots.shape[0]} rows, expected one per "
+                f"token ({batch.num_tokens} = batch_size * num_branches)"
+            )
+        if any(n != batch.num_branches for n in batch.extend_lens_cpu):
+            raise ValueError(
+                f"draft_decode needs num_branches ({batch.num_branches}) tokens per request, "
+                f"got {batch.extend_lens_cpu}"
+            )
+        return int(batch.draft_kv_slots.shape[1])
+
+    @staticmethod
+    def _check_verify(batch: ForwardBatch) -> int:
+        if batch.tree_mask is None:
+            raise ValueError("target_verify needs batch.tree_mask (tree_block layout [B, N, N])")
+        lens = batch.extend_lens_cpu
+        n = lens[0] if lens else 0
+        if any(length != n for length in lens):
+            raise ValueError(
+                f"target_verify needs the same number of tree tokens per request, got {lens}"
+            )
+        if batch.tree_mask.numel() != batch.batch_size * n * n:
+            raise ValueError(
+                f"tree_block mask has {batch.tree_mask.numel()} elements, expected B*N*N = "
+                f"{batch.batch_size}*{n}*{n}"
+            )
+        return n
+
+    # -- graph hooks -----------------------------------------------------------------------
+
+    def plan_for_capture(self, batch: ForwardBatch) -> TritonAttentionMetadata:
+        """The shape's (cached) metadata; its tensors outlive the capture."""
+        return self.plan(batch)
+
+    def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
+        """Nothing to refresh (lengths and rows are read from the batch's device tensors);
+        raises ``ValueError`` if ``batch`` has a different shape than the capture."""
+        if not isinstance(metadata, TritonAttentionMetadata):
+            raise TypeError(f"metadata from another backend: {type(metadata).__name__}")
+        if self._shape_key(batch) != metadata.shape_key:
+            raise ValueError(
+                f"replay batch shape {self._shape_key(batch)} differs from the captured "
+                f"shape {metadata.shape_key}"
+            )
+
+    # -- per layer -------------------------------------------------------------------------
+
+    def forward(
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        batch: ForwardBatch,
+    ) -> torch.Tensor:
+        """Write ``k``/``v`` ``[T, H_kv, D]`` at ``out_cache_loc``, attend with ``q``
+        ``[T, H, D]`` as ``batch.mode`` prescribes; returns ``[T, H, D]`` in ``q.dtype``."""
+        metadata = batch.attn_metadata
+        if not isinstance(metadata, TritonAttentionMetadata):
+            raise TypeError(
+                f"batch.attn_metadata must come from {type(self).__name__}.plan(), got "
+                f"{type(metadata).__name__}"
+            )
+        store = self.config.kv_store
+        store.write_kv(layer, batch.out_cache_loc, k, v)
+        if batch.mode is ForwardMode.DRAFT_DECODE:
+            assert batch.draft_kv_slots is not None
+            own_slots = batch.draft_kv_slots.reshape(-1)
+        else:
+            own_slots = batch.out_cache_loc
+        tree_mask = batch.tree_mask if metadata.tree_width else None
+        return paged_attention(
+            q.contiguous(),
+            store.k_buffer(layer),
+            store.v_buffer(layer),
+            store.layout.order,
+            self.config.req_to_token,
+            batch.req_pool_indices,
+            batch.prefix_lens,
+            metadata.token_request,
+            metadata.own_base,
+            metadata.own_len,
+            own_slots.contiguous(),
+            tree_mask.contiguous() if tree_mask is not None else None,
+            metadata.tree_width,
+            self.config.scaling,
+        )

@@ -1,0 +1,166 @@
+"""TritonAttentionBackend against TorchAttentionBackend (the pure-torch statement of the
+contract, itself checked against a float64 oracle) in every forward mode.
+
+Both backends run over identical copies of a KV store whose slots are shuffled, so a
+request's prefix is scattered; prefixes are ragged, include 0 and exceed one key block.
+Kernels run interpreted on CPU (TRITON_INTERPRET=1, set by conftest) or on the device.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from eagle_hal.engine.kv_cache import KVStorage
+from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.hal.kv_layout import KVLayout
+from eagle_hal.ops.attention_reference import TorchAttentionBackend
+
+triton_attention = pytest.importorskip("eagle_hal.ops.triton.attention")
+
+NUM_SLOTS, MAX_REQUESTS, MAX_CONTEXT = 512, 6, 128
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3}
+
+
+def device() -> torch.device:
+    if torch.accelerator.is_available():
+        return torch.accelerator.current_accelerator()
+    return torch.device("cpu")
+
+
+class Pair:
+    """Reference and Triton backends over identical random KV stores and one table."""
+
+    def __init__(self, *, order="NHD", heads=4, kv_heads=2, head_dim=8,
+                 dtype=torch.float32, seed=0) -> None:
+        self.gen = torch.Generator().manual_seed(seed)
+        self.dev, self.dtype = device(), dtype
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        layout = KVLayout(order=order)
+        stores = [KVStorage(num_layers=1, num_slots=NUM_SLOTS, num_kv_heads=kv_heads,
+                            head_dim=head_dim, layout=layout, dtype=dtype, device=self.dev)
+                  for _ in range(2)]
+        for store in stores:
+            torch.manual_seed(seed)
+            store.k_buffer(0).copy_(torch.randn(store.k_buffer(0).shape).to(dtype))
+            store.v_buffer(0).copy_(torch.randn(store.v_buffer(0).shape).to(dtype))
+        # every table position gets a distinct, shuffled slot (slot 0 is left unused)
+        slots = torch.randperm(NUM_SLOTS - 1, generator=self.gen)[: MAX_REQUESTS * 80] + 1
+        table = torch.zeros(MAX_REQUESTS, MAX_CONTEXT, dtype=torch.int64)
+        table[:, :80] = slots.view(MAX_REQUESTS, 80)
+        self.table = table.to(self.dev)
+        scaling = 1 / math.sqrt(head_dim)
+        configs = [AttentionConfig(heads, kv_heads, head_dim, 1, scaling, s, self.table)
+                   for s in stores]
+        self.reference = TorchAttentionBackend(configs[0])
+        self.triton = triton_attention.TritonAttentionBackend(configs[1])
+
+    def randn(self, *shape):
+        return torch.randn(*shape, generator=self.gen).to(self.dev, self.dtype)
+
+    def compare(self, batch_args: dict, tokens: int) -> None:
+        q = self.randn(tokens, self.heads, self.head_dim)
+        k = self.randn(tokens, self.kv_heads, self.head_dim)
+        v = self.randn(tokens, self.kv_heads, self.head_dim)
+        outs = []
+        for backend in (self.reference, self.triton):
+            batch = ForwardBatch(**batch_args)
+            batch.attn_metadata = backend.plan(batch)
+            outs.append(backend.forward(0, q, k, v, batch).float())
+        tol = TOLERANCE[self.dtype]
+        torch.testing.assert_close(outs[1], outs[0], atol=tol, rtol=tol)
+
+    def long(self, values) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.int64, device=self.dev)
+
+
+def causal_args(pair: Pair, mode, rows, prefix, extend) -> dict:
+    """New tokens at table positions prefix .. prefix + extend of each row."""
+    positions = [p + i for p, n in zip(prefix, extend) for i in range(n)]
+    row_of_token = [r for r, n in zip(rows, extend) for _ in range(n)]
+    out_cache_loc = pair.table[pair.long(row_of_token), pair.long(positions)]
+    return dict(mode=mode, input_ids=pair.long([0] * len(positions)),
+                positions=pair.long(positions), req_pool_indices=pair.long(rows),
+                prefix_lens=pair.long(prefix), extend_lens=pair.long(extend),
+                out_cache_loc=out_cache_loc, prefix_lens_cpu=tuple(prefix),
+                extend_lens_cpu=tuple(extend))
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+@pytest.mark.parametrize("mode", [ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND])
+def test_ragged_extend(order, mode):
+    """Ragged causal extends, with and without a cached prefix."""
+    pair = Pair(order=order)
+    rows, prefix, extend = [3, 0, 5], [0, 37, 5], [9, 3, 1]
+    pair.compare(causal_args(pair, mode, rows, prefix, extend), sum(extend))
+
+
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 2, 8), (3, 3, 12), (6, 1, 16)])
+def test_decode(heads, kv_heads, head_dim):
+    """One token per request over prefixes 0 .. beyond one key block; GQA and odd head dims."""
+    pair = Pair(heads=heads, kv_heads=kv_heads, head_dim=head_dim, seed=1)
+    rows, prefix = [1, 2, 4, 0], [0, 1, 65, 79]
+    pair.compare(causal_args(pair, ForwardMode.DECODE, rows, prefix, [1] * 4), 4)
+
+
+def test_decode_half_precision():
+    """float16 storage and activations, float32 accumulation."""
+    pair = Pair(dtype=torch.float16, seed=2)
+    rows, prefix = [1, 2], [40, 7]
+    pair.compare(causal_args(pair, ForwardMode.DECODE, rows, prefix, [1, 1]), 2)
+
+
+@pytest.mark.parametrize("order", ["NHD", "HND"])
+def test_target_verify_tree_mask(order):
+    """N tree tokens per request under random ancestor masks (tree_block layout)."""
+    pair = Pair(order=order, seed=3)
+    rows, prefix, n = [2, 4, 1], [12, 0, 45], 5
+    args = causal_args(pair, ForwardMode.TARGET_VERIFY, rows, prefix, [n] * 3)
+    # random trees: parent of node j is a random earlier node; visibility = ancestors + self
+    mask = torch.zeros(3, n, n, dtype=torch.bool)
+    for b in range(3):
+        parents = [0] + [int(torch.randint(0, j, (1,), generator=pair.gen)) for j in range(1, n)]
+        for j in range(n):
+            node = j
+            mask[b, j, node] = True
+            while node:
+                node = parents[node]
+                mask[b, j, node] = True
+    args["tree_mask"] = mask.to(pair.dev)
+    pair.compare(args, 3 * n)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_draft_decode_branches(depth):
+    """K branches per request, each over the prefix plus its own ancestor slots."""
+    pair = Pair(seed=4)
+    rows, prefix, branches = [0, 3], [20, 6], 3
+    tokens = 2 * branches
+    # scratch slots past each prefix, shuffled; every branch row gets distinct slots, so no
+    # two tokens write one slot (duplicate writes have no defined winner on a GPU)
+    scratch = [pair.table[r, p : p + branches * depth] for r, p in zip(rows, prefix)]
+    kv_slots = torch.cat([
+        s[torch.randperm(branches * depth, generator=pair.gen).to(s.device)].view(branches, depth)
+        for s in scratch
+    ])  # [B * K, depth]
+    args = dict(mode=ForwardMode.DRAFT_DECODE, input_ids=pair.long([0] * tokens),
+                positions=pair.long([0] * tokens), req_pool_indices=pair.long(rows),
+                prefix_lens=pair.long(prefix), extend_lens=pair.long([branches] * 2),
+                out_cache_loc=kv_slots[:, -1].contiguous(), prefix_lens_cpu=tuple(prefix),
+                extend_lens_cpu=(branches,) * 2, draft_kv_slots=kv_slots,
+                num_branches=branches)
+    pair.compare(args, tokens)
+
+
+def test_metadata_is_planned_once_per_uniform_shape():
+    """Equal shapes share metadata (so replays need no refresh); a shape change is refused."""
+    pair = Pair()
+    first = ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [0, 1], [3, 4], [1, 1]))
+    second = ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [2, 5], [9, 1], [1, 1]))
+    metadata = pair.triton.plan_for_capture(first)
+    assert pair.triton.plan(second) is metadata
+    pair.triton.plan_for_replay(second, metadata)
+    other = ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [2], [9], [1]))
+    with pytest.raises(ValueError, match="differs from the captured"):
+        pair.triton.plan_for_replay(other, metadata)

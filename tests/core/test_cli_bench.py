@@ -1,0 +1,72 @@
+"""Tests for ``eagle-hal bench`` (eagle_hal.commands.bench) on CPU with tiny models.
+
+Oracles: the prompt files' own contents; greedy plain decoding (speculative rows must
+reproduce its tokens: ``same_as_plain``); arithmetic identities of the reported figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from eagle_hal import select_backend
+from eagle_hal.commands import bench
+from eagle_hal.testing.models import matching_eagle1, near_bigram_target
+
+MTBENCH = Path("/work/shared/data/mt_bench_question.jsonl")
+
+
+def test_prompts_from_jsonl_and_text(tmp_path):
+    """JSONL first turns (or 'prompt'), text lines; num_prompts truncates."""
+    jsonl = tmp_path / "q.jsonl"
+    jsonl.write_text('{"turns": ["a?", "b?"]}\n{"prompt": "c"}\n\n{"text": "d"}\n')
+    assert bench.load_prompts(str(jsonl), 10) == ["a?", "c", "d"]
+    text = tmp_path / "q.txt"
+    text.write_text("one\n\ntwo\nthree\n")
+    assert bench.load_prompts(str(text), 2) == ["one", "two"]
+
+
+@pytest.mark.skipif(not MTBENCH.exists(), reason="shared MT-bench copy absent")
+def test_mt_bench_file_gives_first_turns():
+    """The shared question file: 80 questions, first turns."""
+    prompts = bench.load_prompts(str(MTBENCH), 100)
+    first = json.loads(MTBENCH.read_text().splitlines()[0])
+    assert len(prompts) == 80 and prompts[0] == first["turns"][0]
+
+
+def test_bad_dataset_and_modes_are_reported(tmp_path, capsys):
+    """A missing file or an unknown mode exits 2 with a message, loading nothing."""
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--dataset", str(tmp_path / "missing.jsonl")])
+    assert bench.run(args) == 2 and "cannot read --dataset" in capsys.readouterr().err
+    args = parser.parse_args(["--modes", "plain,fast", "--dataset", str(MTBENCH)])
+    assert bench.run(args) == 2 and "unknown modes ['fast']" in capsys.readouterr().err
+
+
+def test_benchmark_rows_and_results(tmp_path):
+    """Every (mode, batch) row is reported; speculation reproduces plain decoding; the
+    per-iteration split adds up; results.json (and plots when possible) are written."""
+    target = near_bigram_target(seed=5)
+    draft = matching_eagle1(target, noise=0.02)
+    config = bench.BenchConfig(batch_sizes=(1, 2), max_new_tokens=8, steps=2, topk=2,
+                               draft_tokens=4)
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21]]
+    rows = bench.benchmark(select_backend("cpu"), target, draft, prompts, config)
+    assert [(r["mode"], r["batch_size"]) for r in rows] == [
+        (m, b) for b in (1, 2) for m in bench.MODES]
+    for row in rows:
+        assert row["output_tokens"] == 8 * len(prompts)
+        assert row["same_as_plain"] and row["speedup"] > 0
+        phases = row["iteration_ms"]
+        total = phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
+        assert phases["total"] == pytest.approx(total)
+    plain = [r for r in rows if r["mode"] == "plain"]
+    assert all(r["accept_length"] == 1.0 and r["speedup"] == 1.0 for r in plain)
+    assert all(r["accept_length"] > 1.5 for r in rows if r["mode"] in ("chain", "tree"))
+    report = {"config": {"batch_sizes": [1, 2]}, "results": rows}
+    written = bench.write_results(tmp_path, report)
+    assert json.loads((tmp_path / "results.json").read_text())["results"][0]["mode"] == "plain"
+    assert all(path.exists() for path in written)
