@@ -1,0 +1,253 @@
+"""``eagle-hal train-draft``: train an EAGLE-1 draft head for a target, from the target alone.
+
+Two stages, each resumable on its own (one device command may be time-limited):
+
+* ``--stage data``: the target writes user prompts and answers them (Magpie-style
+  self-distillation, ``eagle_hal.train.selfdistill``); the token sequences go to ``--data``
+  (safetensors; default ``OUT.data.safetensors``, beside the head directory).
+* ``--stage train``: features from the target, then the EAGLE-1 loss; the head is saved to
+  ``--out`` at every validation and at the end (published EAGLE-1 layout, bf16, with the
+  recipe in ``config.json``).
+
+``--stage all`` (the default) runs both. ``--time-budget-min`` bounds the whole command:
+under ``all``, data generation gets 45% of it and training what is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_arguments", "run"]
+
+_DATA_SHARE = 0.45  # of the time budget, under --stage all
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_argument_group("where")
+    where.add_argument(
+        "--device", default="auto", help='device string: "cpu", "cuda:0", "npu", "auto"'
+    )
+    where.add_argument("--backend", default=None, help="force a backend by name")
+    where.add_argument(
+        "--dtype",
+        default=None,
+        choices=["float32", "bfloat16", "float16"],
+        help="target dtype (default: bfloat16 on accelerators, float32 on the CPU)",
+    )
+    what = parser.add_argument_group("what")
+    what.add_argument(
+        "--model",
+        default=None,
+        help="target: HF directory or GGUF file (default: SmolLM2-135M-Instruct)",
+    )
+    what.add_argument("--out", type=Path, default=None, help="directory the head is written to")
+    what.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="data set file (default: OUT.data.safetensors, next to the head directory)",
+    )
+    what.add_argument("--stage", choices=["data", "train", "all"], default="all")
+    what.add_argument("--seed", type=int, default=0)
+    what.add_argument(
+        "--time-budget-min", type=float, default=None, help="wall-time budget of this command"
+    )
+    what.add_argument("--no-progress", action="store_true", help="no progress bars")
+    data = parser.add_argument_group("data (self-distillation)")
+    data.add_argument("--num-prompts", type=int, default=3000)
+    data.add_argument("--max-prompt-tokens", type=int, default=96)
+    data.add_argument("--max-new-tokens", type=int, default=256)
+    data.add_argument("--gen-batch-size", type=int, default=128, help="requests decoded together")
+    data.add_argument("--validation-fraction", type=float, default=0.05)
+    train = parser.add_argument_group("training")
+    train.add_argument("--steps", type=int, default=3000)
+    train.add_argument("--batch-size", type=int, default=32, help="sequences per step")
+    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--warmup-fraction", type=float, default=0.05)
+    train.add_argument(
+        "--feature-noise", type=float, default=0.1, help="uniform half-width, x feature RMS"
+    )
+    train.add_argument("--cross-entropy-weight", type=float, default=0.1)
+    train.add_argument("--validate-every", type=int, default=500)
+    train.add_argument("--validation-prompts", type=int, default=16)
+    train.add_argument("--validation-new-tokens", type=int, default=128)
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command, with every setting spelled out, that reproduces this run."""
+    words = ["eagle-hal", "train-draft"]
+    skip = {"run", "command", "no_progress"}
+    for key, value in sorted(vars(args).items()):
+        if key in skip or value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        words += [flag] if value is True else [flag, str(value)]
+    return shlex.join(words)
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eagle_hal.model.loading import default_model_path, load_target
+    from eagle_hal.registry import select_backend
+    from eagle_hal.train.dataset import DistillDataset
+    from eagle_hal.train.selfdistill import file_sha256
+
+    started = time.perf_counter()
+    if args.data is None and args.out is None:
+        raise SystemExit("eagle-hal train-draft: give --out (and/or --data for the data set file)")
+    # Next to the head, not inside it: the head directory may become package data.
+    data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
+    if args.stage != "data" and args.out is None:
+        raise SystemExit("eagle-hal train-draft: training needs --out DIR")
+    budget = None if args.time_budget_min is None else 60.0 * args.time_budget_min
+    progress = not args.no_progress
+    command = _command_line(args)
+
+    backend = select_backend(args.device, backend=args.backend)
+    dtype = _dtype(args.dtype, backend)
+    model_path = Path(args.model) if args.model else default_model_path()
+    target, tokenizer = load_target(
+        model_path, dtype=dtype, device=backend.torch_device, progress=progress
+    )
+    sha = file_sha256(model_path)
+    where = f"{backend.name}:{backend.torch_device}"
+    _say(f"target {model_path} (sha256 {sha[:12]}…) on {where}, {dtype}")
+
+    if args.stage in ("data", "all"):
+        data_budget = (
+            None if budget is None else budget * (_DATA_SHARE if args.stage == "all" else 1.0)
+        )
+        dataset = _generate(
+            args, backend, target, tokenizer, model_path, sha, command, data_budget, progress
+        )
+        dataset.save(data_path)
+        seconds = max(dataset.info.generation_seconds, 1e-3)
+        _say(
+            f"data: {dataset.num_sequences} sequences "
+            f"({len(dataset.validation_indices())} held out), {dataset.num_tokens} tokens "
+            f"({dataset.num_answer_tokens} in answers) in {seconds:.0f} s "
+            f"({dataset.num_tokens / seconds:.0f} tokens/s) -> {data_path}"
+        )
+        if args.stage == "data":
+            return 0
+    else:
+        dataset = DistillDataset.load(data_path)
+        if dataset.info.target_sha256 and dataset.info.target_sha256 != sha:
+            _say(
+                f"warning: {data_path} was generated by another target (sha256 "
+                f"{dataset.info.target_sha256[:12]}…); training on it anyway"
+            )
+    remaining = None if budget is None else budget - (time.perf_counter() - started)
+    return _train(args, backend, target, dataset, command, remaining, started, progress)
+
+
+def _dtype(name: str | None, backend: Any) -> Any:
+    import torch
+
+    if name is not None:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+            name
+        ]
+    if backend.torch_device.type == "cpu" or "bfloat16" not in backend.capabilities.dtypes:
+        return torch.float32
+    return torch.bfloat16
+
+
+def _generate(
+    args: argparse.Namespace,
+    backend: Any,
+    target: Any,
+    tokenizer: Any,
+    model_path: Path,
+    sha: str,
+    command: str,
+    budget: float | None,
+    progress: bool,
+) -> Any:
+    from eagle_hal.train.selfdistill import DistillConfig, generate_dataset
+
+    config = DistillConfig(
+        num_prompts=args.num_prompts,
+        max_prompt_tokens=args.max_prompt_tokens,
+        max_new_tokens=args.max_new_tokens,
+        validation_fraction=args.validation_fraction,
+        seed=args.seed,
+        max_batch_size=args.gen_batch_size,
+        time_budget_s=budget,
+    )
+    return generate_dataset(
+        backend,
+        target,
+        tokenizer,
+        config,
+        target_name=str(model_path),
+        target_sha256=sha,
+        command=command,
+        progress=progress,
+    )
+
+
+def _train(
+    args: argparse.Namespace,
+    backend: Any,
+    target: Any,
+    dataset: Any,
+    command: str,
+    budget: float | None,
+    started: float,
+    progress: bool,
+) -> int:
+    from eagle_hal.train.checkpoint import TrainingRecipe, save_trained_head
+    from eagle_hal.train.recipe import TrainConfig
+    from eagle_hal.train.trainer import train_eagle1
+
+    config = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_fraction=args.warmup_fraction,
+        feature_noise=args.feature_noise,
+        cross_entropy_weight=args.cross_entropy_weight,
+        seed=args.seed,
+        validate_every=args.validate_every,
+        validation_prompts=args.validation_prompts,
+        validation_new_tokens=args.validation_new_tokens,
+        time_budget_s=budget,
+    )
+
+    def checkpoint(state: Any) -> None:
+        recipe = TrainingRecipe.of(
+            dataset,
+            config,
+            steps=state.step,
+            noise_half_width=state.feature_noise_half_width,
+            losses=(state.first_loss, state.last_loss),
+            validations=state.validations,
+            command=command,
+            wall_seconds=time.perf_counter() - started,
+        )
+        save_trained_head(state.head, target, args.out, recipe)
+
+    _say(
+        f"training on {len(dataset.train_indices())} sequences, validating on "
+        f"{len(dataset.validation_indices())}; {config.steps} steps of {config.batch_size}"
+    )
+    result = train_eagle1(
+        backend, target, dataset, config, on_validation=checkpoint, progress=progress
+    )
+    final = result.validations[-1]
+    _say(
+        f"trained {result.steps} steps in {result.seconds:.0f} s: loss {result.first_loss:.4f} -> "
+        f"{result.last_loss:.4f}; validation top-1 {final.top1_accuracy:.3f}, accept length "
+        f"{final.accept_length:.2f}; head -> {args.out} "
+        f"({time.perf_counter() - started:.0f} s in all)"
+    )
+    return 0

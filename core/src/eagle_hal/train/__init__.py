@@ -1,0 +1,27 @@
+"""Training EAGLE draft heads from the target alone (``eagle-hal train-draft``).
+
+``selfdistill`` has the target write prompts and answers (``DistillDataset``); ``features``
+runs the target over them once; ``trainer`` fits an EAGLE-1 head with ``loss`` under a
+``TrainConfig``; ``evaluate`` measures it with the real engine; ``checkpoint`` writes it in
+the published EAGLE-1 layout with its recipe. ``dense`` is the attention they share: the
+models' own forward over whole padded sequences, no KV cache.
+"""
+
+from eagle_hal.train.checkpoint import TrainingRecipe, read_recipe, save_trained_head
+from eagle_hal.train.dataset import DatasetInfo, DistillDataset
+from eagle_hal.train.recipe import TrainConfig
+from eagle_hal.train.selfdistill import DistillConfig, generate_dataset
+from eagle_hal.train.trainer import TrainResult, train_eagle1
+
+__all__ = [
+    "DatasetInfo",
+    "DistillConfig",
+    "DistillDataset",
+    "TrainConfig",
+    "TrainResult",
+    "TrainingRecipe",
+    "generate_dataset",
+    "read_recipe",
+    "save_trained_head",
+    "train_eagle1",
+]

@@ -1,0 +1,64 @@
+"""The training recipe: optimiser, schedule, loss weights, noise, validation cadence."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+__all__ = ["TrainConfig"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """EAGLE-1 head training settings.
+
+    Loss: ``regression_weight * smooth_l1(predicted next feature, target's next feature) +
+    cross_entropy_weight * soft_cross_entropy(lm_head(predicted), target's distribution)``.
+    Input features get uniform noise of half-width ``feature_noise`` times the training
+    features' RMS. AdamW; the learning rate warms up linearly over ``warmup_fraction`` of
+    the steps, then follows a cosine down to ``min_lr_ratio * lr``.
+    """
+
+    steps: int = 3000
+    batch_size: int = 32  # sequences per step
+    lr: float = 5e-4
+    warmup_fraction: float = 0.05
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    grad_clip: float = 0.5
+    regression_weight: float = 1.0
+    cross_entropy_weight: float = 0.1
+    feature_noise: float = 0.1
+    seed: int = 0
+    validate_every: int = 500  # steps; validation also runs after the last step
+    validation_prompts: int = 16  # held-out prompts decoded by the engine
+    validation_new_tokens: int = 128
+    validation_draft_steps: int = 5  # chain S
+    feature_batch_tokens: int = 32768  # tokens per target forward when computing features
+    time_budget_s: float | None = None  # shorten the schedule / stop to fit
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.batch_size < 1:
+            raise ValueError("steps and batch_size must be >= 1")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.warmup_fraction < 1.0 or not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError("warmup_fraction must lie in [0, 1) and min_lr_ratio in [0, 1]")
+        if self.regression_weight < 0 or self.cross_entropy_weight < 0:
+            raise ValueError("loss weights must be >= 0")
+        if self.feature_noise < 0:
+            raise ValueError("feature_noise must be >= 0")
+        if self.validate_every < 1 or self.validation_draft_steps < 1:
+            raise ValueError("validate_every and validation_draft_steps must be >= 1")
+
+    def learning_rate(self, step: int, total_steps: int | None = None) -> float:
+        """The learning rate of 0-based ``step`` in a run of ``total_steps`` (default
+        ``steps``; a time budget may shorten the run)."""
+        total = total_steps or self.steps
+        warmup = max(1, round(self.warmup_fraction * total))
+        if step < warmup:
+            return self.lr * (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)

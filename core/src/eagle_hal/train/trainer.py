@@ -1,0 +1,237 @@
+"""The EAGLE-1 training loop: only the head learns; the target's embedding and lm_head are
+shared and frozen.
+
+Per step: ``batch_size`` training sequences (epochs of a seeded shuffle), their stored
+target features (``FeatureStore``), the EAGLE-1 loss (``train.loss``) under bf16/fp16
+autocast when the target runs in a half type, AdamW with gradient clipping and the
+warm-up + cosine schedule of ``TrainConfig``. Validation (held-out loss, top-1 agreement,
+engine accept length) runs every ``validate_every`` steps and after the last; a callback
+receives the head then (to save a checkpoint).
+
+Under a time budget, the schedule is shortened once, after the first steps are timed, so
+that it still ends (learning rate at its floor) within the budget; a hard stop guards it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from eagle_hal.backend import Backend
+from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.llama import LlamaForCausalLM
+from eagle_hal.train.dataset import DistillDataset
+from eagle_hal.train.evaluate import ValidationPoint, engine_accept_length, top1_accuracy
+from eagle_hal.train.features import FeatureStore
+from eagle_hal.train.loss import eagle1_loss
+from eagle_hal.train.recipe import TrainConfig
+
+__all__ = ["Checkpoint", "TrainResult", "init_eagle1", "train_eagle1"]
+
+_TIMED_STEPS = 20  # steps timed before a time budget reshapes the schedule
+_BUDGET_RESERVE = 0.15  # share of the budget kept for validation and saving
+
+
+class Checkpoint(NamedTuple):
+    """What the validation callback receives: the head as it is now, and how it got here."""
+
+    head: Eagle1DraftModel  # float32 master weights (do not modify)
+    step: int
+    validations: list[ValidationPoint]  # so far, the latest last
+    feature_noise_half_width: float
+    first_loss: float  # mean training loss over the first steps
+    last_loss: float  # mean training loss over the latest steps
+
+
+class TrainResult(NamedTuple):
+    head: Eagle1DraftModel  # float32 master weights
+    steps: int  # steps actually run
+    first_loss: float  # mean training loss over the first steps
+    last_loss: float  # mean training loss over the last steps
+    validations: list[ValidationPoint]
+    feature_noise_half_width: float  # absolute, after scaling by the features' RMS
+    seconds: float
+
+
+def init_eagle1(target: LlamaForCausalLM, seed: int) -> Eagle1DraftModel:
+    """A fresh float32 EAGLE-1 head with the target's layer geometry: linear weights
+    N(0, 0.02), biases 0, norm weights 1."""
+    config = dataclasses.replace(target.config, num_layers=1)
+    head = Eagle1DraftModel(config, target, fc_bias=True, dtype=torch.float32)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in sorted(head.named_parameters()):
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith("bias"):
+                param.zero_()
+            else:
+                param.copy_(0.02 * torch.randn(param.shape, generator=generator))
+    return head
+
+
+def train_eagle1(
+    backend: Backend,
+    target: LlamaForCausalLM,
+    dataset: DistillDataset,
+    config: TrainConfig,
+    *,
+    features: FeatureStore | None = None,
+    on_validation: Callable[[Checkpoint], None] | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a new EAGLE-1 head for ``target`` on ``dataset`` (features are computed when
+    not given). Raises ``ValueError`` when the data set has no training or no validation
+    sequence."""
+    from tqdm import tqdm
+
+    started = time.perf_counter()
+    train_ids, val_ids = dataset.train_indices(), dataset.validation_indices()
+    if len(train_ids) == 0 or len(val_ids) == 0:
+        raise ValueError("the data set needs both training and validation sequences")
+    target.requires_grad_(False)
+    target.eval()
+    device = target.device
+    torch.manual_seed(config.seed)
+    if features is None:
+        features = FeatureStore.compute(
+            target, dataset, batch_tokens=config.feature_batch_tokens, progress=progress
+        )
+    noise = config.feature_noise * features.rms(train_ids)
+    head = init_eagle1(target, config.seed).train()
+    optimizer = torch.optim.AdamW(
+        head.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
+    )
+    autocast = target.dtype in (torch.bfloat16, torch.float16)
+    shuffle = torch.Generator().manual_seed(config.seed)
+    noise_generator = torch.Generator(device=device).manual_seed(config.seed)
+    prompts = [dataset.prompt(i) for i in val_ids[: config.validation_prompts].tolist()]
+    total_steps, order, cursor = config.steps, torch.empty(0, dtype=torch.int64), 0
+    losses: list[float] = []
+    validations: list[ValidationPoint] = []
+    bar = tqdm(
+        total=total_steps,
+        desc="training",
+        unit=" steps",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+    loop_start = time.perf_counter()
+
+    def validate(step: int) -> None:
+        head.eval()
+        loss, accuracy = top1_accuracy(
+            head,
+            target,
+            dataset,
+            features,
+            val_ids,
+            batch_size=config.batch_size,
+            autocast=autocast,
+        )
+        accept = engine_accept_length(
+            backend,
+            target,
+            head,
+            prompts,
+            draft_steps=config.validation_draft_steps,
+            max_new_tokens=config.validation_new_tokens,
+        )
+        head.train()
+        point = ValidationPoint(step, loss, accuracy, accept)
+        validations.append(point)
+        bar.write(
+            f"step {step}: validation loss {loss:.4f}, top-1 {accuracy:.3f}, "
+            f"accept length {accept:.2f} (chain S={config.validation_draft_steps})"
+        )
+        if on_validation is not None:
+            first, last = _loss_ends(losses)
+            on_validation(Checkpoint(head, step, list(validations), noise, first, last))
+
+    step = 0
+    while step < total_steps:
+        if cursor + config.batch_size > len(order):  # a new epoch
+            order = train_ids[torch.randperm(len(train_ids), generator=shuffle)]
+            cursor = 0
+        chunk = order[cursor : cursor + config.batch_size]
+        cursor += config.batch_size
+        rows = dataset.padded(chunk, device)
+        with torch.autocast(device.type, dtype=target.dtype, enabled=autocast):
+            parts = eagle1_loss(
+                head,
+                target,
+                rows,
+                features.rows(chunk, rows.tokens.shape[1]),
+                noise_half_width=noise,
+                regression_weight=config.regression_weight,
+                cross_entropy_weight=config.cross_entropy_weight,
+                generator=noise_generator,
+            )
+        for group in optimizer.param_groups:
+            group["lr"] = config.learning_rate(step, total_steps)
+        optimizer.zero_grad(set_to_none=True)
+        parts.total.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)
+        optimizer.step()
+        # one host sync a step, for the progress bar
+        loss, cross_entropy, correct, count = torch.stack(
+            [
+                parts.total.detach(),
+                parts.cross_entropy.detach(),
+                parts.correct.float(),
+                parts.count.float(),
+            ]
+        ).tolist()
+        losses.append(loss)
+        step += 1
+        bar.update(1)
+        bar.set_postfix(
+            loss=f"{loss:.4f}",
+            ce=f"{cross_entropy:.3f}",
+            top1=f"{correct / max(count, 1):.3f}",
+            refresh=False,
+        )
+        budget = config.time_budget_s
+        if budget is not None:
+            elapsed = time.perf_counter() - started
+            if step == _TIMED_STEPS and step < total_steps:
+                per_step = (time.perf_counter() - loop_start) / step
+                affordable = int((budget * (1 - _BUDGET_RESERVE) - elapsed) / per_step) + step
+                if affordable < total_steps:
+                    total_steps = max(step + 1, affordable)
+                    bar.total = total_steps
+                    bar.write(
+                        f"time budget: {per_step * 1000:.0f} ms a step, schedule shortened "
+                        f"to {total_steps} steps"
+                    )
+            if elapsed > budget * (1 - _BUDGET_RESERVE / 2):
+                bar.write(f"time budget reached after {step} steps; stopping")
+                break
+        if step % config.validate_every == 0 and step < total_steps:
+            validate(step)
+    bar.close()
+    validate(step)
+    first, last = _loss_ends(losses)
+    return TrainResult(
+        head=head,
+        steps=step,
+        first_loss=first,
+        last_loss=last,
+        validations=validations,
+        feature_noise_half_width=noise,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _loss_ends(losses: list[float]) -> tuple[float, float]:
+    """Mean training loss over the first and the latest few steps."""
+    if not losses:
+        return float("nan"), float("nan")
+    window = max(1, min(20, len(losses) // 5))
+    return sum(losses[:window]) / window, sum(losses[-window:]) / window

@@ -1,0 +1,120 @@
+"""`eagle-hal train-draft` end to end on a tiny random chat model on the CPU.
+
+Stage ``data`` then stage ``train`` through the command line, as the lead runs them on a GPU.
+Oracles: greedy answers in the data set equal an explicit argmax loop over the target; the
+training loss falls; the saved head loads with ``load_eagle_head`` and speculative greedy
+decoding with it equals plain greedy decoding (no draft at all).
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from eagle_hal.api import LLM
+from eagle_hal.cli import main
+from eagle_hal.engine.request import SamplingParams
+from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.loading import load_eagle_head
+from eagle_hal.spec.config import SpecConfig
+from eagle_hal.train.checkpoint import RECIPE_KEY, read_recipe
+from eagle_hal.train.dataset import DistillDataset
+from eagle_hal.train.dense import target_features
+
+EOS = 2
+
+
+def _greedy(target, prompt, max_new_tokens):
+    """The target's greedy continuation, one full forward per token (EOS included)."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            hidden = target_features(target, torch.tensor([ids]))[0, -1:]  # [1, H]
+            token = int(target.compute_logits(hidden).argmax(-1))
+            ids.append(token)
+            if token == EOS:
+                break
+    return ids[len(prompt) :]
+
+
+def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):
+    """Data set, training, checkpoint, recipe, lossless generation with the trained head."""
+    target, _ = tiny_chat
+    out = tmp_path / "head"
+    common = [
+        "--device",
+        "cpu",
+        "--model",
+        str(tiny_chat_model),
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+        "--no-progress",
+    ]
+    data_args = [
+        "--num-prompts",
+        "16",
+        "--max-prompt-tokens",
+        "12",
+        "--max-new-tokens",
+        "24",
+        "--gen-batch-size",
+        "16",
+        "--validation-fraction",
+        "0.25",
+    ]
+    assert main(["train-draft", "--stage", "data", *common, *data_args]) == 0
+
+    dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
+    assert dataset.num_sequences >= 12
+    assert 1 <= len(dataset.validation_indices()) < dataset.num_sequences
+    greedy = [
+        i for i in range(dataset.num_sequences) if float(dataset.answer_temperatures[i]) == 0.0
+    ]
+    assert greedy
+    for index in greedy[:4]:
+        answer = dataset.sequence(index)[int(dataset.answer_starts[index]) :]
+        assert answer == _greedy(target, dataset.prompt(index), 24)[: len(answer)]
+        assert len(answer) == 24 or answer[-1] == EOS
+
+    train_args = [
+        "--steps",
+        "60",
+        "--batch-size",
+        "8",
+        "--lr",
+        "3e-3",
+        "--validate-every",
+        "30",
+        "--validation-prompts",
+        "3",
+        "--validation-new-tokens",
+        "16",
+    ]
+    assert main(["train-draft", "--stage", "train", *common, *train_args]) == 0
+
+    recipe = read_recipe(out)
+    assert recipe is not None
+    assert recipe["steps"] == 60 and recipe["data_sequences"] == dataset.num_sequences
+    assert recipe["data_tokens"] == dataset.num_tokens and recipe["data_seed"] == 3
+    assert len(recipe["target_sha256"]) == 64 and "--steps 60" in recipe["command"]
+    assert [v["step"] for v in recipe["validations"]] == [30, 60]
+    assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1 and RECIPE_KEY in config
+
+    head = load_eagle_head(out, target, dtype=torch.float32)
+    assert isinstance(head, Eagle1DraftModel)
+    prompts = [dataset.prompt(int(i)) for i in dataset.validation_indices()]
+    params = SamplingParams(max_new_tokens=20)
+    plain = LLM.from_models(cpu_backend, target, None, spec=SpecConfig(num_steps=0)).generate(
+        prompts, params
+    )
+    for spec in (
+        SpecConfig(num_steps=5, topk=1),
+        SpecConfig(num_steps=3, topk=2, num_draft_tokens=6),
+    ):
+        outputs = LLM.from_models(cpu_backend, target, head, spec=spec).generate(prompts, params)
+        assert [o.token_ids for o in outputs] == [p.token_ids for p in plain]
