@@ -30,7 +30,6 @@ from __future__ import annotations
 import abc
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
@@ -219,8 +218,8 @@ class Eagle1DraftModel(EagleDraftModel):
         return self.layers[0]
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
-        lm_head = self._target_lm_head[0]
-        return F.linear(hidden_out.to(lm_head.weight.dtype), lm_head.weight)
+        lm_head = self._target_lm_head[0]  # called as a module: it may be vocabulary-parallel
+        return lm_head(hidden_out.to(lm_head.weight.dtype))
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
@@ -122,8 +121,9 @@ class LlamaForCausalLM(nn.Module):
         return ModelOutput(self.model.norm(hidden), tuple(captured[i] for i in aux_layers))
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``."""
-        return F.linear(hidden, self.lm_head.weight).float()
+        """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``. Calls the
+        ``lm_head`` module, so a vocabulary-parallel head gathers its shards here."""
+        return self.lm_head(hidden).float()
 
     def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:
         """Fill every parameter from HF-named ``(name, tensor)`` pairs (see

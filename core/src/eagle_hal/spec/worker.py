@@ -84,7 +84,12 @@ class EagleWorker:
             if spec.adaptive and self.has_draft
             else None
         )
-        self.base_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+        # Tensor parallelism: every rank must take the same accept decisions. Rule: all
+        # ranks sample with rank 0's base seed (request seeds and ids are the same on every
+        # rank, and the logits are bit-identical after the all-gather), so the
+        # counter-based noise, hence every draw, is identical; see eagle_hal.parallel.
+        local_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
+        self.base_seed = runner.parallel.broadcast_ints([local_seed])[0]
         self.timed = timed
         self.times = IterationTimes()
         self._state: dict[int, DraftState] = {}
@@ -105,7 +110,8 @@ class EagleWorker:
         if not self.has_draft:
             return 0
         if self.controller is not None:
-            return self.controller.choose(batch_size)
+            # the controller times iterations, which differ per rank: rank 0 decides
+            return self.runner.parallel.broadcast_ints([self.controller.choose(batch_size)])[0]
         return self.spec.num_steps
 
     @torch.inference_mode()
