@@ -21,6 +21,7 @@ from eagle_hal_npu import plugin
 from eagle_hal_npu.backend import NpuBackend
 
 BROKEN_IMPORT = "raise ImportError('libascendcl.so: cannot open shared object file')\n"
+CANN_HINT = "CANN toolkit was not found"
 
 
 @pytest.fixture
@@ -52,12 +53,46 @@ def test_not_installed():
 
 def test_installed_but_failing_to_import(fake_extension):
     """A torch_npu whose import raises: 'installed but failed to import: <message>'."""
-    fake_extension.add("torch_npu", BROKEN_IMPORT)
+    fake_extension.add("torch_npu", "raise RuntimeError('undefined symbol: aclrtFoo')\n")
     result = plugin.probe()
     assert not result.ok
     assert result.reason == (
-        "torch_npu is installed but failed to import: "
-        "ImportError: libascendcl.so: cannot open shared object file"
+        "torch_npu is installed but failed to import: RuntimeError: undefined symbol: aclrtFoo"
+    )
+
+
+@pytest.mark.parametrize("message", [
+    "ImportError: libhccl.so: cannot open shared object file",
+    "RuntimeError: ERR00008 PTA resource not found",
+])
+def test_missing_cann_is_named(fake_extension, message):
+    """libhccl.so / ERR00008 at import: the reason says CANN is missing and how to fix it."""
+    kind, text = message.split(": ", 1)
+    fake_extension.add("torch_npu", f"raise {kind}({text!r})\n")
+    reason = plugin.probe().reason
+    assert reason.startswith(f"torch_npu is installed but failed to import: {message}")
+    assert "CANN toolkit was not found" in reason and "set_env.sh" in reason
+
+
+def test_version_pairing_rule():
+    """torch_npu X.Y.Z[.postN] pairs with torch X.Y.Z only; local suffixes are ignored."""
+    assert plugin.version_mismatch("2.5.1+cpu", "2.5.1.post2") is None
+    assert plugin.version_mismatch("2.6.0", "2.6.0rc3") is None
+    reason = plugin.version_mismatch("2.13.0+cpu", "2.5.1")
+    assert reason.startswith("torch_npu 2.5.1 is built for torch 2.5.1, but torch is 2.13.0+cpu")
+    assert plugin.version_mismatch("2.5.1", "unknown") is None
+
+
+def test_version_mismatch_is_reported_before_import(fake_extension):
+    """An installed torch_npu distribution for another torch: refused without importing it."""
+    package = fake_extension.add("torch_npu", "raise AssertionError('must not be imported')\n")
+    info = package.parent / "torch_npu-2.1.0.post8.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 2.1.0.post8\n")
+    result = plugin.probe()
+    assert not result.ok
+    assert result.reason.startswith(
+        f"torch_npu 2.1.0.post8 is built for torch 2.1.0, but torch is {torch.__version__}"
     )
 
 
@@ -102,9 +137,10 @@ def _broken_autoload_site(root):
     package = root / "torch_npu"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text(BROKEN_IMPORT)
-    info = root / "torch_npu-2.6.0.dist-info"
+    paired = torch.__version__.split("+")[0]  # a torch_npu release paired with this torch
+    info = root / f"torch_npu-{paired}.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-npu\nVersion: 2.6.0\n")
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch-npu\nVersion: {paired}\n")
     (info / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
 
 
@@ -135,7 +171,7 @@ def test_broken_autoload_is_reported_not_raised(tmp_path):
     # With the autoload off torch imports; the probe itself then meets the broken import.
     listed = _list_backends(tmp_path, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert listed["cpu"]["available"]
-    assert listed["npu"]["reason"] == (
+    assert listed["npu"]["reason"].startswith(
         "torch_npu is installed but failed to import: "
-        "ImportError: libascendcl.so: cannot open shared object file"
+        "ImportError: libascendcl.so: cannot open shared object file (the " + CANN_HINT
     )

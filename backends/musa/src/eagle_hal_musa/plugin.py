@@ -19,7 +19,7 @@ DEVICE_TYPE = "musa"
 VISIBLE_DEVICES_ENV = "MUSA_VISIBLE_DEVICES"
 
 CAPABILITIES = Capabilities(
-    graph_capture=False,  # eager for now: MUSA graphs come later
+    graph_capture=True,  # torch.musa.MUSAGraph (eagle_hal_musa.graphs)
     dtypes=("float32", "bfloat16", "float16"),
     tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
     page_sizes=(),
@@ -27,7 +27,10 @@ CAPABILITIES = Capabilities(
     triton=False,
     distributed_backend="mccl",
     visible_devices_env=VISIBLE_DEVICES_ENV,
-    notes="attention: eagle_hal's pure-torch reference until mate attention kernels land",
+    notes=(
+        "attention: torch SDPA over gathered slots (eagle_hal's reference attention); mate "
+        "not used; reference sampling ops; never run on Moore Threads hardware"
+    ),
 )
 
 

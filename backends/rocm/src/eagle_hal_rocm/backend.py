@@ -2,28 +2,59 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import os
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from eagle_hal.backend import Backend, Capabilities
+from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
+from eagle_hal.device import DeviceSpec
 
 from eagle_hal_rocm.plugin import CAPABILITIES
+from eagle_hal_rocm.wavefront import TritonLaunchParams, device_wavefront_size, launch_params
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
     from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
+    from eagle_hal.hal.graphs import GraphCapture
+    from eagle_hal.hal.sampling import SamplingOps
 
 __all__ = ["RocmBackend"]
 
+_GPU_TYPE = "cuda"  # PyTorch's ROCm builds call the GPU device type "cuda"
+
 
 class RocmBackend(Backend):
-    """AMD GPUs (torch device type "cuda" on ROCm builds).
+    """AMD GPUs (torch device type "cuda" on ROCm builds): the shared Triton attention and
+    sampling kernels launched for the GPU's wavefront size, HIP graphs.
 
-    Eager, with the pure-torch reference attention for now.
+    ``wavefront_size`` overrides what the device reports (tests; forcing CDNA launch
+    parameters on another GPU). Bound to the CPU (tests), the Triton paths run only under
+    ``TRITON_INTERPRET=1`` and the pure-torch ones otherwise; no graphs.
     """
+
+    def __init__(
+        self,
+        descriptor: BackendDescriptor,
+        device: DeviceSpec,
+        *,
+        wavefront_size: int | None = None,
+    ) -> None:
+        super().__init__(descriptor, device)
+        self._wavefront_size = wavefront_size
+        self._on_gpu = device.torch_device_string.split(":")[0] == _GPU_TYPE
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        if not self._uses_triton():
+            return dataclasses.replace(
+                CAPABILITIES, graph_capture=False, triton=False, fused_sampling_ops=(),
+                notes="bound off the GPU without TRITON_INTERPRET=1: pure-torch paths",
+            )
+        if self._on_gpu:
+            return CAPABILITIES
+        return dataclasses.replace(CAPABILITIES, graph_capture=False)
 
     @property
     def torch_device(self) -> torch.device:
@@ -31,8 +62,54 @@ class RocmBackend(Backend):
 
         return torch.device(self.device_spec.torch_device_string)
 
+    def wavefront_size(self) -> int:
+        """The override, else what the bound GPU reports, else 64 off the GPU (CDNA)."""
+        if self._wavefront_size is None:
+            if self._on_gpu:
+                import torch
+
+                properties = torch.get_device_module(_GPU_TYPE).get_device_properties(
+                    self.torch_device
+                )
+                self._wavefront_size = device_wavefront_size(properties)
+            else:  # the CDNA default, unless EAGLE_HAL_ROCM_WAVEFRONT_SIZE says otherwise
+                self._wavefront_size = device_wavefront_size(SimpleNamespace(warp_size=64))
+        return self._wavefront_size
+
+    def launch_params(self) -> TritonLaunchParams:
+        return launch_params(self.wavefront_size())
+
+    def _uses_triton(self) -> bool:
+        if importlib.util.find_spec("triton") is None:
+            return False
+        return self._on_gpu or os.environ.get("TRITON_INTERPRET") == "1"
+
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
-        """The device-neutral ``TorchAttentionBackend`` (Triton kernels come later)."""
+        """The shared ``TritonAttentionBackend``; the pure-torch reference off the GPU
+        without the Triton interpreter."""
+        if self._uses_triton():
+            from eagle_hal.ops.triton.attention import TritonAttentionBackend
+
+            return TritonAttentionBackend(config)
         from eagle_hal.ops.attention_reference import TorchAttentionBackend
 
         return TorchAttentionBackend(config)
+
+    def sampling_ops(self) -> SamplingOps:
+        """``TritonSamplingOps`` with wavefront-derived launch parameters (its argmax is the
+        masked split-vocabulary one: columns at or past ``vocab_size`` are never read)."""
+        if self._uses_triton():
+            from eagle_hal.ops.triton.ops import TritonSamplingOps
+
+            return TritonSamplingOps(**self.launch_params().as_kwargs())
+        return super().sampling_ops()
+
+    def graph_capture(self) -> GraphCapture | None:
+        """HIP graphs through the CUDA-graph API; ``None`` off the GPU."""
+        if not self._on_gpu:
+            return None
+        import torch
+
+        from eagle_hal_rocm.graphs import HipGraphCapture
+
+        return HipGraphCapture(torch.get_device_module(_GPU_TYPE))

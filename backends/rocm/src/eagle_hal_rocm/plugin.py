@@ -24,15 +24,23 @@ VISIBLE_DEVICES_ENV = "HIP_VISIBLE_DEVICES"
 _OTHER_VISIBILITY_ENVS = ("ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 CAPABILITIES = Capabilities(
-    graph_capture=False,  # eager for now: HIP graphs are not wired to this backend yet
+    graph_capture=True,  # HIP graphs through torch.cuda.CUDAGraph (eagle_hal_rocm.graphs)
     dtypes=("float32", "bfloat16", "float16"),
-    tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
+    tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),  # what the shared Triton attention reads
     page_sizes=(),
     page_size_multiple=1,
     triton=importlib.util.find_spec("triton") is not None,
     distributed_backend="nccl",  # RCCL, under torch.distributed's name "nccl"
     visible_devices_env=VISIBLE_DEVICES_ENV,
-    notes="attention: eagle_hal's pure-torch reference until the Triton kernels land",
+    fused_sampling_ops=(
+        "build_verify_tree", "masked_argmax", "verify_greedy", "verify_tree_sampling",
+        "fill_bonus_tokens", "assign_verify_slots", "draft_kv_slots", "sampling_noise",
+    ),
+    notes=(
+        "attention and sampling: eagle_hal's shared Triton kernels, sampling launched for the "
+        "GPU's wavefront size (64 on CDNA, 32 on RDNA); aiter not used; never run on AMD "
+        "hardware"
+    ),
 )
 
 

@@ -20,15 +20,23 @@ __all__ = ["CAPABILITIES", "DESCRIPTOR", "VISIBLE_DEVICES_ENV", "judge_torch_bui
 VISIBLE_DEVICES_ENV = "ZE_AFFINITY_MASK"
 
 CAPABILITIES = Capabilities(
-    graph_capture=False,  # eager: XPU graphs are not wired to this backend
+    # Nominal: eager. A bound backend turns it on where torch has torch.xpu.XPUGraph (2.11+).
+    graph_capture=False,
     dtypes=("float32", "bfloat16", "float16"),
-    tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
+    tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),  # what the shared Triton attention reads
     page_sizes=(),
     page_size_multiple=1,
     triton=importlib.util.find_spec("triton") is not None,
     distributed_backend="xccl",
     visible_devices_env=VISIBLE_DEVICES_ENV,
-    notes="attention: eagle_hal's pure-torch reference until the Triton kernels land",
+    fused_sampling_ops=(
+        "build_verify_tree", "masked_argmax", "verify_greedy", "verify_tree_sampling",
+        "fill_bonus_tokens", "assign_verify_slots", "draft_kv_slots", "sampling_noise",
+    ),
+    notes=(
+        "attention and sampling: eagle_hal's shared Triton kernels through Intel's Triton "
+        "backend; XPUGraph where torch has it; IPEX not used; never run on Intel hardware"
+    ),
 )
 
 

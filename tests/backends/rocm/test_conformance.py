@@ -1,0 +1,31 @@
+"""The conformance suite's device areas through the rocm backend's classes bound to the CPU:
+the shared Triton kernels, interpreted. About 15 minutes on 2 cores, so it runs only with
+EAGLE_HAL_INTERPRETED_CONFORMANCE=1 (and TRITON_INTERPRET=1)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from eagle_hal.device import parse_device
+from eagle_hal_rocm.backend import RocmBackend
+from eagle_hal_rocm.plugin import DESCRIPTOR
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("EAGLE_HAL_INTERPRETED_CONFORMANCE") != "1"
+        or os.environ.get("TRITON_INTERPRET") != "1",
+        reason="interpreted Triton conformance takes ~15 min; set "
+        "EAGLE_HAL_INTERPRETED_CONFORMANCE=1 TRITON_INTERPRET=1",
+    ),
+]
+
+
+def test_device_areas_pass_through_the_interpreted_triton_path():
+    from eagle_hal.conformance import run_suite
+
+    report = run_suite("cpu", backend=RocmBackend(DESCRIPTOR, parse_device("cpu")),
+                       areas=("sampling", "attention", "kv"))
+    failures = [r for r in report.results if r.outcome.value in ("fail", "unexpected-pass")]
+    assert not failures, failures
