@@ -70,3 +70,13 @@ def test_benchmark_rows_and_results(tmp_path):
     written = bench.write_results(tmp_path, report)
     assert json.loads((tmp_path / "results.json").read_text())["results"][0]["mode"] == "plain"
     assert all(path.exists() for path in written)
+
+
+def test_match_with_plain_counts_identical_outputs_and_the_common_prefix() -> None:
+    from eagle_hal.commands.bench import match_with_plain
+
+    plain = [[1, 2, 3, 4], [5, 6, 7, 8]]
+    assert match_with_plain(plain, plain) == {"identical_outputs": 1.0, "prefix_tokens": 1.0}
+    # second output diverges at its third token (later agreement does not count)
+    got = match_with_plain([[1, 2, 3, 4], [5, 6, 9, 8]], plain)
+    assert got == {"identical_outputs": 0.5, "prefix_tokens": 6 / 8}

@@ -9,7 +9,8 @@ engine accept length) runs every ``validate_every`` steps and after the last; a 
 receives the head then (to save a checkpoint).
 
 Under a time budget, the schedule is shortened once, after the first steps are timed, so
-that it still ends (learning rate at its floor) within the budget; a hard stop guards it.
+that it still ends (learning rate at its floor) within the budget; the first steps (warm-up)
+are not timed. A hard stop guards it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ from eagle_hal.train.recipe import TrainConfig
 
 __all__ = ["Checkpoint", "TrainResult", "init_eagle1", "train_eagle1"]
 
-_TIMED_STEPS = 20  # steps timed before a time budget reshapes the schedule
+_WARMUP_STEPS = 10  # untimed first steps (allocator, kernel selection, autotuning)
+_TIMED_STEPS = 30  # steps timed after them before a time budget reshapes the schedule
 _BUDGET_RESERVE = 0.15  # share of the budget kept for validation and saving
 
 
@@ -122,7 +124,7 @@ def train_eagle1(
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    loop_start = time.perf_counter()
+    timed_from = time.perf_counter()  # restarted after the warm-up steps
 
     def validate(step: int) -> None:
         head.eval()
@@ -200,8 +202,10 @@ def train_eagle1(
         budget = config.time_budget_s
         if budget is not None:
             elapsed = time.perf_counter() - started
-            if step == _TIMED_STEPS and step < total_steps:
-                per_step = (time.perf_counter() - loop_start) / step
+            if step == _WARMUP_STEPS:
+                timed_from = time.perf_counter()
+            if step == _WARMUP_STEPS + _TIMED_STEPS and step < total_steps:
+                per_step = (time.perf_counter() - timed_from) / _TIMED_STEPS
                 affordable = int((budget * (1 - _BUDGET_RESERVE) - elapsed) / per_step) + step
                 if affordable < total_steps:
                     total_steps = max(step + 1, affordable)
