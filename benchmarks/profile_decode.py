@@ -53,7 +53,7 @@ def spec_for(mode: str) -> SpecConfig:
         return SpecConfig(num_steps=0)
     if mode == "chain":
         return SpecConfig(num_steps=5, topk=1)
-    return SpecConfig(num_steps=5, topk=4, draft_tokens=16)
+    return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16)
 
 
 def main() -> int:
