@@ -1,5 +1,6 @@
 """The conformance suite itself: green on the cpu backend, the example third-party plugin
-and the Triton ops (TRITON_INTERPRET=1); red in the right area, with a message naming the
+and the Triton ops (TRITON_INTERPRET=1), and in the graphs area with the strict emulated
+capture of ``eagle_hal.testing.graphs``; red in the right area, with a message naming the
 fault, on deliberately broken backends; honest about known failures; inert unless asked.
 
 The oracle for "broken" is the planted fault: each double differs from a correct backend
@@ -8,6 +9,7 @@ in exactly one place, and the suite must fail exactly the checks that exercise i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -22,6 +24,7 @@ from eagle_hal.conformance import Outcome, run_suite
 from eagle_hal.device import parse_device
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.ops.reference import ReferenceSamplingOps
+from eagle_hal.testing.graphs import EmulatedGraphCapture
 
 FAST_AREAS = ["discovery", "sampling", "attention", "kv", "graphs"]
 EXAMPLE_SRC = Path(__file__).resolve().parents[3] / "examples" / "third-party-backend" / "src"
@@ -51,10 +54,23 @@ class MaskBlindAttention(TorchAttentionBackend):
         return super().plan(batch)
 
 
+class RebindingReplayAttention(TorchAttentionBackend):
+    """A replay hook that re-plans into new tensors and rebinds the metadata's fields,
+    instead of copying into the captured ones."""
+
+    def plan_for_replay(self, batch, metadata):
+        fresh = self.plan_for_capture(batch)
+        for field in dataclasses.fields(fresh):
+            setattr(metadata, field.name, getattr(fresh, field.name))
+
+
 class BrokenCpu(CpuBackend):
-    def __init__(self, ops=None, attention=None, known=None, caps=CAPABILITIES):
+    def __init__(self, ops=None, attention=None, known=None, caps=CAPABILITIES, graphs=False):
         super().__init__(DESCRIPTOR, parse_device("cpu"))
         self._ops, self._attention, self._known, self._caps = ops, attention, known or {}, caps
+        self._graphs = graphs
+        if graphs:
+            self._caps = dataclasses.replace(caps, graph_capture=True)
 
     @property
     def capabilities(self):
@@ -68,6 +84,9 @@ class BrokenCpu(CpuBackend):
 
     def known_failures(self):
         return dict(self._known)
+
+    def graph_capture(self):
+        return EmulatedGraphCapture() if self._graphs else None
 
 
 # -- green ---------------------------------------------------------------------------------
@@ -116,6 +135,42 @@ def test_triton_ops_pass_sampling_area():
     assert report.counts("sampling")["pass"] > 40
 
 
+def test_reference_attention_passes_graphs_with_emulated_capture():
+    """The reference attention's graph hooks pass the graphs area under the strict
+    emulated capture (a replay sees only in-place updates)."""
+    report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"])
+    assert not report.failed, [r.message for r in _failures(report)]
+    assert report.counts("graphs")["pass"] == 3
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" or importlib.util.find_spec("triton") is None,
+    reason="needs triton and TRITON_INTERPRET=1 to run the kernels on the CPU",
+)
+def test_triton_attention_passes_graphs_with_emulated_capture():
+    """The Triton attention (interpreted) passes the graphs area under the strict emulated
+    capture, as GraphRunner drives it (the H200 failure came from the check's driving)."""
+    from eagle_hal.ops.triton.attention import TritonAttentionBackend
+
+    report = run_suite("cpu", backend=BrokenCpu(attention=TritonAttentionBackend, graphs=True),
+                       areas=["graphs"])
+    assert not report.failed, [r.message for r in _failures(report)]
+    assert report.counts("graphs")["pass"] == 3
+
+
+def test_required_page_size_is_checked():
+    """A backend that requires 128-slot pages (as Ascend's kernels do) gets page128 checks
+    in the attention and kv areas, and passes them; other sizes skip."""
+    caps = dataclasses.replace(CAPABILITIES, page_sizes=(128,))
+    report = run_suite("cpu", backend=BrokenCpu(caps=caps), areas=["attention", "kv"],
+                       extra_args=["-k", "page128 or page16"])
+    assert not report.failed, [r.message for r in _failures(report)]
+    passed = [r.check_id for r in report.results if r.outcome is Outcome.PASS]
+    assert passed and all("page128" in c for c in passed)
+    assert any(c.startswith("kv/") for c in passed)
+    assert all(r.outcome is Outcome.SKIP for r in report.results if "page16" in r.check_id)
+
+
 # -- red in the right place ----------------------------------------------------------------
 
 
@@ -138,6 +193,16 @@ def test_attention_ignoring_tree_mask_fails_verify_only():
     assert all("attention target_verify" in r.message and "outside atol" in r.message for r in failed)
     passed = {r.check_id for r in report.results if r.outcome is Outcome.PASS}
     assert any("draft_decode" in c for c in passed) and any("[extend" in c for c in passed)
+
+
+def test_replay_hook_rebinding_metadata_fails_graphs():
+    """A replay hook that rebinds metadata fields (unseen by a captured graph) fails every
+    graphs check at its first replay."""
+    report = run_suite("cpu", backend=BrokenCpu(attention=RebindingReplayAttention, graphs=True),
+                       areas=["graphs"])
+    failed = _failures(report)
+    assert len(failed) == 3 and all(r.area == "graphs" for r in failed)
+    assert all("graph replay 0 of" in r.message and "outside atol" in r.message for r in failed)
 
 
 def test_known_failures_expected_and_unexpected_pass():

@@ -1,52 +1,29 @@
 """The graph runner: bucketing, padding, slicing back and eager fallback, on CPU.
 
 Oracle: greedy plain decoding of the same target through the eager CPU reference backend
-(pure-torch attention, no graphs). The backends under test use a capture whose "graph"
-replays by re-running the captured forward on the static buffers and copying into the
-static outputs — what a device graph does, so the padding, static-buffer and slicing logic
-is exercised exactly. Their attention is the Triton backend (interpreted; slow, so one test)
-or the pure-torch one with a replay hook that re-plans from the replayed batch (which also
-checks the hook receives the real prefix lengths). Real capture is in tests/backends/cuda.
+(pure-torch attention, no graphs). The backends under test capture with the strict
+``EmulatedGraphCapture`` (``eagle_hal.testing.graphs``): a replay re-runs a snapshot of the
+captured forward, so it sees the static buffers' in-place updates and nothing else, as a
+device graph does; the padding, static-buffer and slicing logic is exercised exactly. Their
+attention is the Triton backend (interpreted; slow, so one test) or the pure-torch one with
+its own graph hooks. Real capture is in tests/backends/cuda.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-
 import pytest
-import torch
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.backends.cpu.backend import CpuBackend
-from eagle_hal.engine.graph_runner import GraphRunner
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
-from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.spec.config import SpecConfig
+from eagle_hal.testing.graphs import EmulatedGraphCapture
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 pytest.importorskip("triton")
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 30))]
 PARAMS = SamplingParams(max_new_tokens=6)
-
-
-class ReplayingGraph(DeviceGraph):
-    body = None
-    outputs: tuple[torch.Tensor, ...] = ()
-
-    def replay(self, host_updates=None) -> None:
-        for static, fresh in zip(self.outputs, self.body()):
-            static.copy_(fresh)
-
-
-class ReplayingCapture(GraphCapture):
-    def new_graph(self) -> ReplayingGraph:
-        return ReplayingGraph()
-
-    def capture(self, graph):
-        return contextlib.nullcontext()
 
 
 class TritonCpuBackend(CpuBackend):
@@ -58,24 +35,14 @@ class TritonCpuBackend(CpuBackend):
         return TritonAttentionBackend(config)
 
     def graph_capture(self):
-        return ReplayingCapture()
-
-
-class ReplanningTorchAttention(TorchAttentionBackend):
-    """The reference attention, made replayable: the replay hook re-plans in place."""
-
-    def plan_for_replay(self, batch, metadata) -> None:
-        fresh = self.plan(batch)
-        for field in dataclasses.fields(fresh):
-            setattr(metadata, field.name, getattr(fresh, field.name))
+        return EmulatedGraphCapture()
 
 
 class ReplayingTorchBackend(CpuBackend):
-    def create_attention_backend(self, config):
-        return ReplanningTorchAttention(config)
+    """The CPU backend (reference attention) with emulated graphs."""
 
     def graph_capture(self):
-        return ReplayingCapture()
+        return EmulatedGraphCapture()
 
 
 @pytest.fixture(scope="module")
@@ -94,16 +61,6 @@ def pair():
     return target, matching_eagle1(target, noise=0.02)
 
 
-@pytest.fixture(autouse=True)
-def record_bodies(monkeypatch):
-    def record(self, graph, body):
-        outputs = body()
-        graph.body, graph.outputs = body, outputs
-        return outputs
-
-    monkeypatch.setattr(GraphRunner, "_record", record)
-
-
 def plain(backend, target, prompts):
     llm = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0), seed=0)
     return [o.token_ids for o in llm.generate(prompts, PARAMS)]
@@ -118,7 +75,7 @@ def test_bucket_is_the_smallest_that_fits(backends, pair):
 
 
 def test_no_graphs_without_capture_or_replay_hooks(backends, pair):
-    """The reference backend has neither graph capture nor a replay hook: eager."""
+    """The reference backend has no graph capture: eager."""
     llm = LLM.from_models(backends[0], pair[0], None, spec=SpecConfig(num_steps=0))
     assert not llm.runner.enable_graphs() and llm.runner.graphs is None
 

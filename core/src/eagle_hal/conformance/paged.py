@@ -19,9 +19,46 @@ from eagle_hal.backend import Backend, TreeMaskMode
 from eagle_hal.engine.kv_cache import KVStorage, slot_dtype
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
 
-__all__ = ["Geometry", "PagedScene", "encode_tree_mask", "random_parents"]
+__all__ = [
+    "STANDARD_PAGE_SIZES",
+    "Geometry",
+    "PagedScene",
+    "encode_tree_mask",
+    "page_sizes_to_check",
+    "preferred_page_size",
+    "random_parents",
+]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+STANDARD_PAGE_SIZES: tuple[int, ...] = (1, 16, 64)
+
+
+def page_sizes_to_check(backend: Backend | None) -> tuple[int, ...]:
+    """``STANDARD_PAGE_SIZES`` plus every size ``backend`` names: ``Capabilities.page_sizes``,
+    ``page_size_multiple`` and its ``kv_layout()`` page size; sorted. Sizes the backend does
+    not support are still listed (the checks skip them with the reason)."""
+    sizes = set(STANDARD_PAGE_SIZES)
+    if backend is not None:
+        caps = backend.capabilities
+        sizes.update(caps.page_sizes)
+        sizes.add(caps.page_size_multiple)
+        sizes.add(backend.kv_layout().page_size)
+    return tuple(sorted(sizes))
+
+
+def preferred_page_size(backend: Backend) -> int:
+    """The page size of ``backend.kv_layout()`` if supported, else the smallest it supports."""
+    caps = backend.capabilities
+    own = backend.kv_layout().page_size
+    if caps.supports_page_size(own):
+        return own
+    supported = [p for p in page_sizes_to_check(backend) if caps.supports_page_size(p)]
+    if not supported:
+        raise ValueError(
+            f"backend {backend.name!r} supports none of the page sizes "
+            f"{page_sizes_to_check(backend)}"
+        )
+    return supported[0]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

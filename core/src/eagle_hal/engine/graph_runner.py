@@ -11,7 +11,8 @@ captured lazily, the first time a shape is seen, one per
 each with its own static input buffers (the padded ``ForwardBatch`` it was captured with)
 and static outputs; all graphs share the ``GraphCapture``'s memory pool.
 
-Replay: the real batch's tensors are copied into the front of the static buffers; padded
+Replay (the order ``eagle_hal.hal.attention`` states for the graph hooks): the real
+batch's tensors are copied into the front of the static buffers; padded
 requests get table row 0, prefix length 0, position 0, token 0 and write their K/V to the
 padding page's first slot (never allocated), so they read and disturb nothing real. The
 attention backend's ``plan_for_replay`` hook refreshes its metadata, the graph replays,
@@ -81,6 +82,7 @@ class GraphRunner:
         self.buckets = tuple(sorted(set(buckets)))
         self.pad_slot = PADDING_PAGE * runner.layout.page_size
         self._graphs: dict[tuple[object, ...], _CapturedForward] = {}
+        self._graph_state_ready: set[int] = set()  # id() of attention backends initialised
         self.replays = 0  # forwards served by a graph (for diagnostics and tests)
 
     @property
@@ -115,10 +117,11 @@ class GraphRunner:
         key = ("target", *self._shape_key(batch, bucket), aux_layers)
         entry = self._graphs.get(key)
         if entry is None:
+            target, attn = runner.target, runner.target_attn
             entry = self._capture_forward(
-                batch, bucket, runner.target_attn, None,
+                batch, bucket, attn, None,
                 lambda static, _: _flatten_output(
-                    runner.target.forward(static, runner.target_attn, aux_layers=aux_layers)
+                    target.forward(static, attn, aux_layers=aux_layers)
                 ),
             )
             self._graphs[key] = entry
@@ -191,6 +194,10 @@ class GraphRunner:
         hidden: torch.Tensor | None,
         body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
     ) -> _CapturedForward:
+        if id(attn) not in self._graph_state_ready:
+            largest = self.buckets[-1]
+            attn.init_graph_state(largest, largest * MAX_TOKENS_PER_REQUEST)
+            self._graph_state_ready.add(id(attn))
         static = self._static_batch(batch, bucket)
         hidden_in = None
         if hidden is not None:
@@ -199,15 +206,8 @@ class GraphRunner:
         with self.capture.warmup():  # compiles kernels and settles lazy state off-graph
             body(static, hidden_in)
         graph = self.capture.new_graph()
-        outputs = self._record(graph, lambda: body(static, hidden_in))
+        outputs = self.capture.record(graph, lambda: body(static, hidden_in))
         return _CapturedForward(graph, static, hidden_in, outputs, batch.extend_lens_cpu[0])
-
-    def _record(
-        self, graph: DeviceGraph, body: Callable[[], tuple[torch.Tensor, ...]]
-    ) -> tuple[torch.Tensor, ...]:
-        """Capture ``body`` into ``graph``; returns its (static) outputs."""
-        with self.capture.capture(graph):
-            return body()
 
     def _replay(
         self,

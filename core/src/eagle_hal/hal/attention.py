@@ -18,6 +18,15 @@ Planning (``plan``) runs once per forward and builds backend-specific metadata (
 of ``AttentionMetadata``); ``forward`` runs once per layer and reads
 ``batch.attn_metadata``. The graph hooks let the core's graph runner capture a forward with
 static metadata buffers and refresh them in place before each replay.
+
+Graph capture, in order (``engine.graph_runner`` and the conformance graphs area both
+follow it): ``init_graph_state`` once; ``plan_for_capture`` on a static batch, whose
+tensors the graph then reads for its whole life; a warm-up ``forward`` and the captured
+one. Before each replay the caller writes the replayed batch into the static batch's
+tensors in place (same shape: mode, requests, tokens per request, branches, draft depth;
+any prefix lengths, rows, slots and mask contents) and writes ``req_to_token``, then calls
+``plan_for_replay`` with the static batch carrying the replayed batch's host lengths.
+Anything the captured forward read on the host is fixed at capture.
 """
 
 from __future__ import annotations
@@ -162,12 +171,21 @@ class AttentionBackend(abc.ABC):
 
     def init_graph_state(self, max_batch_size: int, max_tokens: int) -> None:
         """Allocate static metadata buffers for batches up to ``max_batch_size`` requests
-        and ``max_tokens`` query tokens. Backends that cannot be captured do nothing."""
+        and ``max_tokens`` query tokens; called once, before the first
+        ``plan_for_capture``. Backends that cannot be captured do nothing."""
 
     def plan_for_capture(self, batch: ForwardBatch) -> AttentionMetadata:
-        """Metadata for a capture of ``batch``'s shape, backed by the static buffers."""
+        """Metadata for capturing forwards of ``batch``'s shape, backed by static buffers
+        that outlive the graph. ``batch`` is the static batch the graph will read; its
+        host lengths need not match those of later replays (prefixes may grow)."""
         return self.plan(batch)
 
     def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
-        """Refresh ``metadata``'s static buffers in place from ``batch`` before a replay."""
+        """Refresh ``metadata`` for a replay, in place (``copy_`` into its tensors).
+
+        ``batch`` is the captured static batch: its tensors already hold the replayed
+        batch's values; its ``prefix_lens_cpu`` / ``extend_lens_cpu`` are the replayed
+        batch's. Rebinding a field of ``metadata`` or of ``batch`` is not seen by the
+        replay, nor is any host value changed after capture. Raises ``ValueError`` for a
+        batch of another shape than the capture's."""
         raise NotImplementedError(f"{type(self).__name__} does not support graph replay")

@@ -1,13 +1,22 @@
-"""Device-graph capture: what a backend supplies so the core's graph runner can capture."""
+"""Device-graph capture: what a backend supplies so the core's graph runner can capture.
+
+What a replay sees: the device work recorded at capture, run again on the same tensors.
+Values the captured code read on the host (Python ints, tuples, which tensor an attribute
+pointed to) are fixed at capture. So before each replay the caller refreshes every tensor
+the graph reads *in place* (``copy_``), and the attention backend's ``plan_for_replay``
+does the same for its metadata; rebinding an attribute to a new tensor is never seen.
+"""
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 __all__ = ["DeviceGraph", "GraphCapture"]
+
+_T = TypeVar("_T")
 
 
 class DeviceGraph(abc.ABC):
@@ -30,6 +39,13 @@ class GraphCapture(abc.ABC):
     @abc.abstractmethod
     def capture(self, graph: DeviceGraph) -> contextlib.AbstractContextManager[None]:
         """Context manager: device work queued inside it is recorded into ``graph``."""
+
+    def record(self, graph: DeviceGraph, body: Callable[[], _T]) -> _T:
+        """Capture ``body()`` into ``graph`` and return what it returned: the static
+        outputs each replay overwrites. The core captures through this method; the default
+        runs ``body`` inside ``capture(graph)``."""
+        with self.capture(graph):
+            return body()
 
     def warmup(self) -> contextlib.AbstractContextManager[None]:
         """Context for the eager warm-up run before capture (a side stream on most devices)."""

@@ -142,8 +142,10 @@ class TorchAttentionBackend(AttentionBackend):
     """Attention in plain torch for every ``ForwardMode``; see the module docstring.
 
     ``tree_mask_mode`` chooses the layout this instance asks for (default ``TREE_BLOCK``).
-    Graph capture is not supported (the base class's hooks apply: ``plan_for_replay``
-    raises).
+    Graph hooks: a captured plan reserves prefix columns for the whole ``req_to_token`` row,
+    so any later prefix fits; ``plan_for_replay`` re-plans at that width and copies the
+    result into the captured metadata's tensors. ``FULL`` masks (whose size follows the
+    prefix lengths) cannot be replayed.
     """
 
     def __init__(
@@ -162,10 +164,13 @@ class TorchAttentionBackend(AttentionBackend):
         """Build key slots, visibility and query padding for ``batch``; reads only host
         lengths and device index tensors (no device-to-host sync). Raises ``ValueError``
         for a batch inconsistent with its mode."""
+        return self._plan(batch, max(batch.prefix_lens_cpu, default=0))
+
+    def _plan(self, batch: ForwardBatch, max_prefix: int) -> TorchAttentionMetadata:
+        """``plan`` with ``max_prefix`` prefix columns (at least the longest prefix)."""
         device = batch.out_cache_loc.device
         prefix_lens = batch.prefix_lens_cpu
         batch_size = batch.batch_size
-        max_prefix = max(prefix_lens, default=0)
 
         if batch.mode is ForwardMode.DRAFT_DECODE:
             query_lens = self._draft_decode_query_lens(batch)
@@ -192,7 +197,7 @@ class TorchAttentionBackend(AttentionBackend):
             own_slots, own_visible = self._new_token_keys(batch, query_lens, max_queries, pad_slot)
         prefix_visible = prefix_valid[:, None, :].expand(batch_size, max_queries, max_prefix)
         if batch.mode is ForwardMode.TARGET_VERIFY:
-            own_visible, full_prefix_visible = self._tree_visibility(batch, max_queries)
+            own_visible, full_prefix_visible = self._tree_visibility(batch, max_queries, max_prefix)
             if full_prefix_visible is not None:
                 prefix_visible = full_prefix_visible & prefix_valid[:, None, :]
 
@@ -253,7 +258,7 @@ class TorchAttentionBackend(AttentionBackend):
         return own_slots, own_visible
 
     def _tree_visibility(
-        self, batch: ForwardBatch, num_draft_tokens: int
+        self, batch: ForwardBatch, num_draft_tokens: int, max_prefix: int
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if batch.tree_mask is None:
             raise ValueError("target_verify needs batch.tree_mask")
@@ -263,11 +268,8 @@ class TorchAttentionBackend(AttentionBackend):
                 f"{batch.extend_lens_cpu}"
             )
         return decode_tree_mask(
-            batch.tree_mask,
-            self.tree_mask_mode,
-            batch.prefix_lens_cpu,
-            num_draft_tokens,
-            max(batch.prefix_lens_cpu, default=0),
+            batch.tree_mask, self.tree_mask_mode, batch.prefix_lens_cpu, num_draft_tokens,
+            max_prefix,
         )
 
     @staticmethod
@@ -288,6 +290,33 @@ class TorchAttentionBackend(AttentionBackend):
         pad_rows = torch.ones(batch_size * max_queries, dtype=torch.bool)
         pad_rows[token_scatter] = False
         metadata.visible = metadata.visible | pad_rows.view(batch_size, max_queries, 1).to(device)
+
+    # -- graph hooks -----------------------------------------------------------------------
+
+    def plan_for_capture(self, batch: ForwardBatch) -> TorchAttentionMetadata:
+        """``plan`` with prefix columns for a full ``req_to_token`` row."""
+        return self._plan(batch, self.config.req_to_token.shape[1])
+
+    def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
+        """Re-plan ``batch`` at the captured width and copy into ``metadata`` in place.
+        Raises ``ValueError`` when the batch's plan has another shape than the capture's."""
+        if not isinstance(metadata, TorchAttentionMetadata):
+            raise TypeError(f"metadata from another backend: {type(metadata).__name__}")
+        fresh = self._plan(batch, self.config.req_to_token.shape[1])
+        if fresh.max_queries != metadata.max_queries:
+            raise ValueError(
+                f"replay batch has {fresh.max_queries} queries per request, captured "
+                f"{metadata.max_queries}"
+            )
+        for field in ("key_slots", "visible", "query_gather", "token_scatter"):
+            captured, value = getattr(metadata, field), getattr(fresh, field)
+            if captured is None and value is None:
+                continue
+            if captured is None or value is None or captured.shape != value.shape:
+                raise ValueError(
+                    f"replay batch's {field} does not fit the captured one (another batch shape)"
+                )
+            captured.copy_(value)
 
     # -- per layer -----------------------------------------------------------------------
 

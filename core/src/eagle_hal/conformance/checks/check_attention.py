@@ -1,6 +1,6 @@
 """Area 3, attention: the backend's ``AttentionBackend`` in every forward mode against a
-dense float64 oracle, over page sizes, dtypes, ragged batches and every tree-mask layout
-the backend accepts.
+dense float64 oracle, over page sizes (1, 16, 64 and any the backend requires or prefers),
+dtypes, ragged batches and every tree-mask layout the backend accepts.
 
 Each case fills scattered pages of a ``KVStorage`` in the backend's layout with random K/V,
 runs ``plan`` and ``forward`` for layer 1 (of 2, so a layer mix-up shows), and compares
@@ -21,10 +21,9 @@ import torch
 from eagle_hal.backend import Backend, TreeMaskMode
 from eagle_hal.conformance.compare import assert_close
 from eagle_hal.conformance.paged import PagedScene, encode_tree_mask, random_parents
-from eagle_hal.conformance.requirements import requires
+from eagle_hal.conformance.requirements import page_size_params, requires
 from eagle_hal.hal.attention import ForwardMode
 
-PAGE_SIZES = [pytest.param(p, marks=requires(f"page_size:{p}"), id=f"page{p}") for p in (1, 16, 64)]
 DTYPES = [pytest.param(d, marks=requires(f"dtype:{d}"), id=d) for d in ("float32", "bfloat16")]
 VARIANTS = [
     pytest.param((ForwardMode.EXTEND, None), id="extend"),
@@ -41,12 +40,15 @@ NODES = 5  # verify tree nodes per request
 BRANCHES, DEPTH = 3, 3  # draft decode
 
 
-def build_case(scene: PagedScene, mode: ForwardMode, mask_mode: str | None) -> tuple[Any, list[list[int]]]:
-    """A ragged batch of three requests for ``mode``; returns it and each token's visible
-    slots (the oracle's reading of the mode's definition)."""
+def build_case(scene: PagedScene, mode: ForwardMode, mask_mode: str | None,
+               prefix_extra: int = 0) -> tuple[Any, list[list[int]]]:
+    """A ragged batch of three requests for ``mode``, each prefix ``prefix_extra`` tokens
+    longer than the default; returns it and each token's visible slots (the oracle's
+    reading of the mode's definition)."""
     rows = scene.rows[:3]
     if mode in (ForwardMode.EXTEND, ForwardMode.DECODE, ForwardMode.DRAFT_EXTEND):
         prefix_lens = [0, 5, 37] if mode is not ForwardMode.DECODE else [1, 9, 37]
+        prefix_lens = [p + prefix_extra for p in prefix_lens]
         extend_lens = {ForwardMode.EXTEND: [4, 1, 7], ForwardMode.DECODE: [1, 1, 1],
                        ForwardMode.DRAFT_EXTEND: [2, 3, 1]}[mode]
         scene.fill_prefixes(rows, prefix_lens)
@@ -55,7 +57,7 @@ def build_case(scene: PagedScene, mode: ForwardMode, mask_mode: str | None) -> t
             out += scene.extend_rows(row, n)
             visible += [scene.table[row, : p + i + 1].tolist() for i in range(n)]
         return scene.forward_batch(mode, rows, prefix_lens, extend_lens, out), visible
-    prefix_lens = [1, 17, 40]
+    prefix_lens = [p + prefix_extra for p in (1, 17, 40)]
     scene.fill_prefixes(rows, prefix_lens)
     if mode is ForwardMode.TARGET_VERIFY:
         assert mask_mode is not None
@@ -98,9 +100,14 @@ def run_forward(scene: PagedScene, attention: Any, batch: Any) -> tuple[torch.Te
     return q, out
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("page_size", PAGE_SIZES)
-@pytest.mark.parametrize("variant", VARIANTS)
+def pytest_generate_tests(metafunc: Any) -> None:
+    """Page sizes: the standard ones plus those the backend under test requires or prefers."""
+    if metafunc.function is test_forward:
+        metafunc.parametrize("variant", VARIANTS)
+        metafunc.parametrize("page_size", page_size_params(metafunc.config))
+        metafunc.parametrize("dtype", DTYPES)
+
+
 def test_forward(backend: Backend, tolerance: Any, variant: tuple[ForwardMode, str | None],
                  page_size: int, dtype: str) -> None:
     """One forward of ``variant``'s mode equals the dense oracle for every query token."""

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import torch
 
 from eagle_hal.backend import Backend
 from eagle_hal.conformance.compare import assert_same
 from eagle_hal.conformance.paged import PagedScene
+from eagle_hal.conformance.requirements import page_size_params
 from eagle_hal.hal.attention import ForwardMode
 
-PAGE_SIZES = [pytest.param(p, id=f"page{p}") for p in (1, 16)]
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    """Page sizes: the standard ones plus those the backend under test requires or prefers."""
+    if "page_size" in metafunc.fixturenames:
+        metafunc.parametrize("page_size", page_size_params(metafunc.config))
 
 
 def _read(scene: PagedScene, layer: int, slots: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,12 +36,9 @@ def _expected(scene: PagedScene, layer: int, slots: list[int]) -> tuple[torch.Te
             torch.stack([scene.kv[(layer, s)][1] for s in slots]).to(scene.dtype))
 
 
-@pytest.mark.parametrize("page_size", PAGE_SIZES)
 def test_forward_writes_kv(backend: Backend, page_size: int) -> None:
     """After an EXTEND forward, every layer-1 slot of out_cache_loc holds the new K/V and no
     other slot changed."""
-    if not backend.capabilities.supports_page_size(page_size):
-        pytest.skip(f"backend {backend.name!r} does not support page size {page_size}")
     scene = PagedScene(backend, page_size, "float32", seed=page_size)
     attention = scene.attention()
     rows = scene.rows[:2]
@@ -64,11 +66,8 @@ def test_forward_writes_kv(backend: Backend, page_size: int) -> None:
                     old.index_select(slot_axis, index))
 
 
-@pytest.mark.parametrize("page_size", PAGE_SIZES)
 def test_accepted_path_move(backend: Backend, ops: Any, page_size: int) -> None:
     """compact_accepted + move_kv: accepted node j's K/V lands at position seq_len + j."""
-    if not backend.capabilities.supports_page_size(page_size):
-        pytest.skip(f"backend {backend.name!r} does not support page size {page_size}")
     scene = PagedScene(backend, page_size, "float32", seed=10 + page_size)
     nodes, rows = 6, scene.rows[:3]
     seq_lens = [4, 1, 9]

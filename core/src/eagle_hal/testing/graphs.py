@@ -1,0 +1,156 @@
+"""A strict emulated device graph for testing capture and replay without a device.
+
+``EmulatedGraphCapture.record(graph, body)`` keeps ``body`` together with a snapshot of
+the Python objects it closed over: closures, dataclasses (``ForwardBatch``, attention
+metadata), containers and attention backends are copied, field by field, down to the
+tensors, which are kept as the very same objects. ``replay()`` re-runs the snapshot and
+copies its results into the outputs ``record`` returned. So, as on a real device:
+
+* a tensor updated in place before the replay is seen;
+* an attribute rebound to a new tensor, a fresh tensor allocated in ``plan_for_replay``,
+  or a host value (``prefix_lens_cpu``, an int in the metadata) changed after capture is
+  not: the replay reads what the capture read;
+* the outputs hold NaN (floating) or -1 (integer) until the first replay.
+
+Unlike a device graph, the body runs once at capture too (its side effects, such as KV
+writes, happen then). Objects of other types (models, runners, KV stores) are shared,
+not snapshotted. ``host_updates`` passed to ``replay`` are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import types
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import torch
+
+from eagle_hal.hal.attention import AttentionBackend
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+
+__all__ = ["EmulatedGraph", "EmulatedGraphCapture", "snapshot"]
+
+_T = TypeVar("_T")
+
+
+def snapshot(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+    """``obj`` with its closures, dataclasses, containers and attention backends copied
+    recursively and every tensor (and any other object) kept as is; aliasing is kept."""
+    memo = {} if memo is None else memo
+    key = id(obj)
+    if key in memo:
+        return memo[key]
+    if isinstance(obj, (torch.Tensor, type)):
+        return obj
+    if isinstance(obj, types.FunctionType):
+        if not obj.__closure__:
+            return obj
+        memo[key] = obj  # a closure reaching itself keeps the original
+        cells = tuple(_snapshot_cell(cell, memo) for cell in obj.__closure__)
+        clone = types.FunctionType(
+            obj.__code__, obj.__globals__, obj.__name__, obj.__defaults__, cells
+        )
+        clone.__kwdefaults__ = obj.__kwdefaults__
+        memo[key] = clone
+        return clone
+    if isinstance(obj, types.MethodType):
+        return types.MethodType(snapshot(obj.__func__, memo), snapshot(obj.__self__, memo))
+    if isinstance(obj, tuple):
+        items = [snapshot(item, memo) for item in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    if isinstance(obj, list):
+        clone_list: list[Any] = []
+        memo[key] = clone_list
+        clone_list.extend(snapshot(item, memo) for item in obj)
+        return clone_list
+    if isinstance(obj, dict):
+        clone_dict: dict[Any, Any] = {}
+        memo[key] = clone_dict
+        clone_dict.update((k, snapshot(v, memo)) for k, v in obj.items())
+        return clone_dict
+    if dataclasses.is_dataclass(obj):
+        clone = copy.copy(obj)
+        memo[key] = clone
+        for field in dataclasses.fields(obj):
+            object.__setattr__(clone, field.name, snapshot(getattr(obj, field.name), memo))
+        return clone
+    if isinstance(obj, AttentionBackend):
+        clone = copy.copy(obj)
+        memo[key] = clone
+        for name, value in vars(obj).items():
+            setattr(clone, name, snapshot(value, memo))
+        return clone
+    return obj
+
+
+def _snapshot_cell(cell: types.CellType, memo: dict[int, Any]) -> types.CellType:
+    try:
+        contents = cell.cell_contents
+    except ValueError:  # a free variable not bound yet
+        return types.CellType()
+    return types.CellType(snapshot(contents, memo))
+
+
+def _tensors(result: Any) -> tuple[torch.Tensor, ...]:
+    """The output tensors of a captured body: a tensor or a (nested) tuple/list of them."""
+    if isinstance(result, torch.Tensor):
+        return (result,)
+    if isinstance(result, (tuple, list)):
+        return tuple(t for item in result for t in _tensors(item))
+    raise TypeError(f"a captured body must return tensors, got {type(result).__name__}")
+
+
+class EmulatedGraph(DeviceGraph):
+    """The snapshot of one recorded body and its static outputs."""
+
+    def __init__(self) -> None:
+        self.body: Callable[[], Any] | None = None
+        self.outputs: tuple[torch.Tensor, ...] = ()
+        self.replays = 0
+
+    def replay(self, host_updates: dict[str, Any] | None = None) -> None:
+        """Re-run the snapshot and copy its results into the static outputs. Raises
+        ``RuntimeError`` before a capture, ``ValueError`` if a result changed shape."""
+        if self.body is None:
+            raise RuntimeError("replay of a graph that was never captured")
+        fresh = _tensors(self.body())
+        for index, (static, value) in enumerate(zip(self.outputs, fresh, strict=True)):
+            if static.shape != value.shape:
+                raise ValueError(
+                    f"output {index} of the replay has shape {tuple(value.shape)}, captured "
+                    f"{tuple(static.shape)}"
+                )
+            static.copy_(value)
+        self.replays += 1
+
+
+class EmulatedGraphCapture(GraphCapture):
+    """Graphs that replay a snapshot of the captured body; see the module docstring.
+
+    Only ``record`` captures: a bare ``capture(graph)`` block cannot be replayed, so it
+    raises ``TypeError``.
+    """
+
+    def new_graph(self) -> EmulatedGraph:
+        return EmulatedGraph()
+
+    def capture(self, graph: DeviceGraph) -> contextlib.AbstractContextManager[None]:
+        raise TypeError("EmulatedGraphCapture records callables only: use record(graph, body)")
+
+    def record(self, graph: DeviceGraph, body: Callable[[], _T]) -> _T:
+        """Snapshot ``body``, run it once for its outputs, then blank them (NaN / -1)."""
+        if not isinstance(graph, EmulatedGraph):
+            raise TypeError(f"expected a graph from new_graph(), got {type(graph).__name__}")
+        frozen = snapshot(body)
+        result = frozen()
+        graph.body, graph.outputs = frozen, _tensors(result)
+        for output in graph.outputs:
+            output.fill_(float("nan") if output.is_floating_point() else -1)
+        return result
+
+    @contextlib.contextmanager
+    def warmup(self) -> Iterator[None]:
+        yield
