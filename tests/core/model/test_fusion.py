@@ -168,12 +168,12 @@ def test_tensor_parallel_rank_fuses_its_own_shards(tmp_path, hf_tiny):
         fuse_for_inference(REFERENCE_MODEL_KERNELS, model)
         prefix = "model.layers.1"
         attention = model.model.layers[1].self_attn
-        expected_weight = torch.cat([hf_state[f"{prefix}.self_attn.{p}_proj.weight"].chunk(world)[rank]
-                                     for p in "qkv"])
-        expected_bias = torch.cat([hf_state[f"{prefix}.self_attn.{p}_proj.bias"].chunk(world)[rank]
-                                   for p in "qkv"])
+        def local(name: str) -> torch.Tensor:
+            return hf_state[f"{prefix}.{name}"].chunk(world)[rank]  # noqa: B023
+
+        expected_weight = torch.cat([local(f"self_attn.{p}_proj.weight") for p in "qkv"])
+        expected_bias = torch.cat([local(f"self_attn.{p}_proj.bias") for p in "qkv"])
         assert torch.equal(attention._qkv[0], expected_weight)
         assert torch.equal(attention._qkv[1], expected_bias)
-        gate_up = torch.cat([hf_state[f"{prefix}.mlp.{p}_proj.weight"].chunk(world)[rank]
-                             for p in ("gate", "up")])
+        gate_up = torch.cat([local(f"mlp.{p}_proj.weight") for p in ("gate", "up")])
         assert torch.equal(model.model.layers[1].mlp._gate_up, gate_up)

@@ -24,7 +24,8 @@ def test_engine_validation_leaves_the_trained_head_unfused_and_trainable(cpu_bac
     target = tiny_target(seed=5)
     target.requires_grad_(False)
     head = init_eagle1(target, seed=0).train()
-    tokens = torch.randint(0, target.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(1)
+    tokens = torch.randint(0, target.config.vocab_size, (2, 9), generator=generator)
     with torch.no_grad():
         features_before = target_features(target, tokens)
     names_before = {name: p.detach().clone() for name, p in head.named_parameters()}

@@ -71,9 +71,11 @@ def test_rms_norm_reads_a_strided_input():
 
 
 def _rope_config(head_dim: int, scaling: RopeScaling) -> ModelConfig:
-    return ModelConfig(architecture="llama", vocab_size=10, hidden_size=head_dim, intermediate_size=8,
-                       num_layers=1, num_heads=1, num_kv_heads=1, head_dim=head_dim,
-                       max_position_embeddings=4096, rope_theta=500000.0, rope_scaling=scaling)
+    return ModelConfig(
+        architecture="llama", vocab_size=10, hidden_size=head_dim, intermediate_size=8,
+        num_layers=1, num_heads=1, num_kv_heads=1, head_dim=head_dim,
+        max_position_embeddings=4096, rope_theta=500000.0, rope_scaling=scaling,
+    )
 
 
 LLAMA3 = RopeScaling(kind=RopeScalingKind.LLAMA3, factor=8.0, low_freq_factor=1.0,
