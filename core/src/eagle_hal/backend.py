@@ -8,7 +8,7 @@ Two layers, so that discovery stays cheap:
   it imports no vendor library.
 * ``Backend`` is the implementation, imported only when the backend is selected. It is bound
   to one concrete device and hands out the runtime pieces of the HAL contract: attention
-  backends, sampling ops, graph capture, KV layout and tolerances.
+  backends, sampling ops, model kernels, graph capture, KV layout and tolerances.
 
 This module imports no tensors library at import time.
 """
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
     from eagle_hal.hal.graphs import GraphCapture
     from eagle_hal.hal.kv_layout import KVLayout
+    from eagle_hal.hal.model_kernels import ModelKernels
     from eagle_hal.hal.sampling import SamplingOps
 
 __all__ = [
@@ -188,6 +189,19 @@ class Backend(abc.ABC):
         from eagle_hal.ops.reference import ReferenceSamplingOps
 
         return ReferenceSamplingOps()
+
+    def model_kernels(self) -> ModelKernels:
+        """The kernels a model's layers run between GEMMs (RMSNorm, residual add + RMSNorm,
+        rotary, SwiGLU's gate): the shared Triton ones where ``capabilities.triton`` says
+        Triton runs on this device, else the pure-torch reference. Override to supply
+        others."""
+        if self.capabilities.triton:
+            from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
+
+            return TRITON_MODEL_KERNELS
+        from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
+
+        return REFERENCE_MODEL_KERNELS
 
     def graph_capture(self) -> GraphCapture | None:
         """Device-graph capture, or ``None`` when this backend runs eagerly only."""

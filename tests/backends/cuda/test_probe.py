@@ -81,3 +81,10 @@ def test_backend_reports_its_capabilities():
     assert backend.torch_device == torch.device("cuda", 1)
     caps = backend.capabilities
     assert caps.distributed_backend == "nccl" and caps.visible_devices_env == "CUDA_VISIBLE_DEVICES"
+
+
+def test_backend_hands_out_the_triton_model_kernels():
+    """Model kernels between the GEMMs are the shared Triton ones (no device touched)."""
+    pytest.importorskip("triton")
+    backend = CudaBackend(plugin.DESCRIPTOR, parse_device("cuda:0"))
+    assert backend.model_kernels().name == "triton"

@@ -76,4 +76,5 @@ def test_without_interpreter_off_gpu_it_falls_back(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     backend = RocmBackend(DESCRIPTOR, parse_device("cpu"))
     assert type(backend.sampling_ops()).__name__ == "ReferenceSamplingOps"
+    assert backend.model_kernels().name == "reference"
     assert not backend.capabilities.triton and backend.graph_capture() is None

@@ -71,5 +71,7 @@ def test_cpu_bound_backend_paths(monkeypatch):
     assert backend.graph_capture() is None and not backend.capabilities.graph_capture
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert type(backend.sampling_ops()).__name__ == "ReferenceSamplingOps"
+    assert backend.model_kernels().name == "reference"
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert type(backend.sampling_ops()).__name__ == "TritonSamplingOps"
+    assert backend.model_kernels().name == "triton"

@@ -11,6 +11,7 @@ Tolerance: atol 1e-4.
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -18,6 +19,7 @@ import torch
 
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
 from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel
+from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.loading.eagle_ckpt import load_eagle_head
 from eagle_hal.model.loading.hf import load_hf_model
 
@@ -105,11 +107,27 @@ def target(hf_tiny):
     return hf_model, load_hf_model(directory)
 
 
+def fuse(kernels: str, *models) -> None:
+    """Fuse ``models`` for inference with the named kernels (``unfused``: leave them)."""
+    if kernels == "unfused":
+        return
+    if kernels == "triton":
+        pytest.importorskip("triton")
+        if os.environ.get("TRITON_INTERPRET") != "1" and not torch.accelerator.is_available():
+            pytest.skip("Triton kernels need an accelerator or TRITON_INTERPRET=1")
+        from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS as chosen
+    else:
+        from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS as chosen
+    fuse_for_inference(chosen, *models)
+
+
+@pytest.mark.parametrize("kernels", ["unfused", "triton"])
 @pytest.mark.parametrize("variant", [1, 3])
-def test_head_loads_and_drafts_like_the_oracle(variant, target, tmp_path, runtime_for,
+def test_head_loads_and_drafts_like_the_oracle(variant, kernels, target, tmp_path, runtime_for,
                                                 eagle_ckpt):
     """A published-layout head loads by name detection; DRAFT_EXTEND then two DRAFT_DECODE
-    steps (K=2 branches, random parents) match the dense oracle; logits and top-k too."""
+    steps (K=2 branches, random parents) match the dense oracle; logits and top-k too —
+    unfused, and fused for inference with the Triton model kernels."""
     hf_model, model = target
     directory = tmp_path / f"eagle{variant}"
     if variant == 1:
@@ -118,6 +136,7 @@ def test_head_loads_and_drafts_like_the_oracle(variant, target, tmp_path, runtim
         tensors, subset = eagle_ckpt.write_eagle3(directory)
     head = load_eagle_head(directory, model)
     assert isinstance(head, Eagle1DraftModel if variant == 1 else Eagle3DraftModel)
+    fuse(kernels, model, head)
     oracle = Oracle(variant, tensors, model.model.embed_tokens.weight.detach())
     rng = random.Random(variant)
     prompts = [[rng.randrange(VOCAB) for _ in range(n)] for n in (6, 9)]

@@ -17,6 +17,7 @@ from eagle_hal.backend import Backend
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, slot_dtype
 from eagle_hal.engine.page_allocator import PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.parallel.context import parallel_of
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -61,6 +62,7 @@ class ModelRunner:
         self.target = target
         self.draft = draft
         self.dtype = dtype
+        fuse_for_inference(backend.model_kernels(), target, draft)
         layout = backend.kv_layout().with_page_size(cache.page_size)
         if not backend.capabilities.supports_page_size(cache.page_size):
             raise ValueError(

@@ -33,9 +33,12 @@ import torch
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
+from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.layers import MLP, Attention, RMSNorm, RotaryEmbedding
 from eagle_hal.model.llama import LlamaForCausalLM, ModelOutput
+from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
 __all__ = ["Eagle1DraftModel", "Eagle3DraftModel", "EagleDraftModel", "default_eagle3_aux_layers"]
 
@@ -66,8 +69,9 @@ class _DraftLayer(nn.Module):
         batch: ForwardBatch,
         attn: AttentionBackend,
     ) -> torch.Tensor:
-        hidden = residual + self.self_attn(attention_input, rotary, batch, attn)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        attention_out = self.self_attn(attention_input, rotary, batch, attn)
+        normed, hidden = self.post_attention_layernorm.add_norm(attention_out, residual)
+        return hidden + self.mlp(normed)
 
 
 class _Eagle3Layer(_DraftLayer):
@@ -169,6 +173,12 @@ class EagleDraftModel(nn.Module, abc.ABC):
         attention_input, residual = self._layer_input(embeds, hidden)
         rotary = self.rotary.cos_sin(batch.positions, self.dtype)
         return self._draft_layer()(attention_input, residual, rotary, batch, attn)
+
+    def fuse_for_inference(self, kernels: ModelKernels = REFERENCE_MODEL_KERNELS) -> None:
+        """Q/K/V and gate/up as one GEMM each, ``kernels`` in the layer (see
+        ``eagle_hal.model.fusion``). For inference only: a head being trained stays unfused
+        (``state_dict`` names are unchanged either way)."""
+        fuse_for_inference(kernels, self)
 
     def topk(self, hidden_out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` most probable next tokens under the draft distribution (softmax over

@@ -5,6 +5,12 @@ SwiGLU MLP and the attention block. The attention block owns the Q/K/V/O project
 the rotary rotation; the attention itself (KV write, paged gather, masking) is the
 ``AttentionBackend``'s, called once per layer as ``attn.forward(layer_id, q, k, v, batch)``.
 
+What lies between the GEMMs (norms, residual adds, rotary, SwiGLU's gate) goes through the
+module's ``kernels`` (a ``ModelKernels``): the pure-torch reference unless
+``eagle_hal.model.fusion.fuse_for_inference`` installed a backend's. For inference the
+Q/K/V and gate/up projections can also run as one GEMM each (``fuse_projections``); the
+parameters keep their names and become views of the fused weight.
+
 Numerics follow Hugging Face transformers' Llama: RMSNorm and rotary angles in float32,
 cast back to the activation dtype before the weight multiply / rotation.
 """
@@ -18,13 +24,25 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch
+from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig, RopeScaling, RopeScalingKind
+from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS, apply_rotary
 
-__all__ = ["Attention", "DecoderLayer", "MLP", "RMSNorm", "RotaryEmbedding", "apply_rotary"]
+__all__ = [
+    "Attention",
+    "DecoderLayer",
+    "MLP",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "fuse_linears",
+]
 
 
 class RMSNorm(nn.Module):
     """``x / rms(x) * weight``, normalised in float32."""
+
+    kernels: ModelKernels = REFERENCE_MODEL_KERNELS
 
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
@@ -32,9 +50,48 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return self.kernels.rms_norm(x, self.weight, self.eps)
+
+    def add_norm(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(x + residual), x + residual)`` in one kernel where the backend has one."""
+        return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
+
+
+def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Concatenate the weights (and biases) of ``linears`` along the output features, then
+    make each module's parameters views of the result: names, ``state_dict`` and loading
+    stay as they were, and no memory is duplicated. The parameters stop requiring grad.
+    Returns ``(weight [sum(out), in], bias [sum(out)] or None)``."""
+    with torch.no_grad():
+        weight = torch.cat([linear.weight.detach() for linear in linears])
+        biases = [linear.bias for linear in linears]
+        bias = None if biases[0] is None else torch.cat([b.detach() for b in biases])
+        start = 0
+        for linear in linears:
+            stop = start + linear.weight.shape[0]
+            linear.weight = nn.Parameter(weight[start:stop], requires_grad=False)
+            if bias is not None:
+                linear.bias = nn.Parameter(bias[start:stop], requires_grad=False)
+            start = stop
+    return weight, bias
+
+
+def _views_of(fused: torch.Tensor | None, linears: list[nn.Linear]) -> bool:
+    """Whether ``linears``' weights are still the consecutive rows of ``fused`` (a ``.to()``
+    or a reassigned parameter breaks this; then the projections must be fused again)."""
+    if fused is None:
+        return False
+    start = 0
+    for linear in linears:
+        weight = linear.weight
+        if weight.device != fused.device or weight.dtype != fused.dtype:
+            return False
+        if weight.data_ptr() != fused[start].data_ptr():
+            return False
+        start += weight.shape[0]
+    return start == fused.shape[0]
 
 
 def _inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
@@ -83,27 +140,29 @@ class RotaryEmbedding:
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    first, second = x.chunk(2, dim=-1)
-    return torch.cat([-second, first], dim=-1)
-
-
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` ``[T, heads, head_dim]`` (half-split pairing, as HF Llama)."""
-    return x * cos[:, None, :] + _rotate_half(x) * sin[:, None, :]
-
-
 class MLP(nn.Module):
     """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    kernels: ModelKernels = REFERENCE_MODEL_KERNELS
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self._gate_up: torch.Tensor | None = None  # [2 * intermediate, hidden] once fused
+
+    def fuse_projections(self) -> None:
+        """Run gate and up as one GEMM from now on (for inference; idempotent)."""
+        pair = [self.gate_proj, self.up_proj]
+        if not _views_of(self._gate_up, pair):
+            self._gate_up, _ = fuse_linears(pair)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self._gate_up is None:
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate_up = F.linear(x, self._gate_up)  # [T, 2 * intermediate]
+        return self.down_proj(self.kernels.silu_mul(gate_up))
 
 
 class Attention(nn.Module):
@@ -111,6 +170,8 @@ class Attention(nn.Module):
 
     ``input_size`` defaults to the hidden size; EAGLE-3's draft layer reads ``2 * hidden``.
     """
+
+    kernels: ModelKernels = REFERENCE_MODEL_KERNELS
 
     def __init__(
         self,
@@ -131,6 +192,14 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(
             self.num_heads * self.head_dim, config.hidden_size, bias=config.attention_out_bias
         )
+        self._qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (weight, bias)
+
+    def fuse_projections(self) -> None:
+        """Run Q, K and V as one GEMM from now on (for inference; idempotent). Fuses what
+        the modules hold, so a tensor-parallel rank fuses its own heads."""
+        projections = [self.q_proj, self.k_proj, self.v_proj]
+        if self._qkv is None or not _views_of(self._qkv[0], projections):
+            self._qkv = fuse_linears(projections)
 
     def forward(
         self,
@@ -141,17 +210,27 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         """``x`` ``[T, input_size]`` -> ``[T, hidden]``; writes this layer's K/V (via ``attn``)."""
         num_tokens = x.shape[0]
-        cos, sin = rotary
-        q = self.q_proj(x).view(num_tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(num_tokens, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        if self._qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            qkv = F.linear(x, *self._qkv)  # [T, q_size + 2 * kv_size]
+            q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.view(num_tokens, self.num_heads, self.head_dim)
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        q, k = self.kernels.rotary(q, k, *rotary)
         out = attn.forward(self.layer_id, q, k, v, batch)  # [T, num_heads, head_dim]
-        return self.o_proj(out.reshape(num_tokens, self.num_heads * self.head_dim))
+        return self.o_proj(out.reshape(num_tokens, q_size))
 
 
 class DecoderLayer(nn.Module):
-    """A pre-norm transformer block: ``h += attn(norm(h)); h += mlp(norm(h))``."""
+    """A pre-norm transformer block: ``h += attn(norm(h)); h += mlp(norm(h))``.
+
+    The residual stream is carried as a pair ``(hidden, residual)`` whose sum is the stream
+    (``residual`` ``None``: ``hidden`` alone), so that each add happens inside the next
+    norm's kernel.
+    """
 
     def __init__(self, config: ModelConfig, layer_id: int) -> None:
         super().__init__()
@@ -163,9 +242,16 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,
+        residual: torch.Tensor | None,
         rotary: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
         attn: AttentionBackend,
-    ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), rotary, batch, attn)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stream ``hidden + residual`` (both ``[T, hidden]``) in, as a new pair out."""
+        if residual is None:
+            residual, normed = hidden, self.input_layernorm(hidden)
+        else:
+            normed, residual = self.input_layernorm.add_norm(hidden, residual)
+        hidden = self.self_attn(normed, rotary, batch, attn)
+        normed, residual = self.post_attention_layernorm.add_norm(hidden, residual)
+        return self.mlp(normed), residual

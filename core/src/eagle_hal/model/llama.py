@@ -18,11 +18,18 @@ import torch
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
+from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding
 from eagle_hal.model.weights import load_named_tensors
+from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
 __all__ = ["LlamaForCausalLM", "ModelOutput"]
+
+
+def _stream(hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
+    return hidden if residual is None else hidden + residual
 
 
 class ModelOutput(NamedTuple):
@@ -110,15 +117,27 @@ class LlamaForCausalLM(nn.Module):
         if batch.attn_metadata is None:
             batch.attn_metadata = attn.plan(batch)
         hidden = self.embed(batch.input_ids)  # [T, hidden]
+        residual: torch.Tensor | None = None  # the residual stream is hidden + residual
         rotary = self.rotary.cos_sin(batch.positions, hidden.dtype)
         captured: dict[int, torch.Tensor] = {}
         for index, layer in enumerate(self.model.layers):
             if index in aux_layers:
+                hidden, residual = _stream(hidden, residual), None
                 captured[index] = hidden
-            hidden = layer(hidden, rotary, batch, attn)
+            hidden, residual = layer(hidden, residual, rotary, batch, attn)
         if num_layers in aux_layers:
+            hidden, residual = _stream(hidden, residual), None
             captured[num_layers] = hidden
-        return ModelOutput(self.model.norm(hidden), tuple(captured[i] for i in aux_layers))
+        if residual is None:
+            normed = self.model.norm(hidden)
+        else:
+            normed, _ = self.model.norm.add_norm(hidden, residual)
+        return ModelOutput(normed, tuple(captured[i] for i in aux_layers))
+
+    def fuse_for_inference(self, kernels: ModelKernels = REFERENCE_MODEL_KERNELS) -> None:
+        """Q/K/V and gate/up as one GEMM each, ``kernels`` in every layer (see
+        ``eagle_hal.model.fusion``). For inference only; names and loading are unchanged."""
+        fuse_for_inference(kernels, self)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``. Calls the

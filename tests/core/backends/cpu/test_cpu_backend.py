@@ -49,3 +49,10 @@ def test_attention_backend_is_the_reference(cpu_backend):
     attention = cpu_backend.create_attention_backend(config)
     assert isinstance(attention, attention_reference.TorchAttentionBackend)
     assert attention.config is config
+
+
+def test_model_kernels_are_the_reference(cpu_backend):
+    """The CPU keeps the pure-torch model kernels (Triton does not run on it)."""
+    from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
+
+    assert cpu_backend.model_kernels() is REFERENCE_MODEL_KERNELS

@@ -163,7 +163,10 @@ def save_eagle1(head: Eagle1DraftModel, directory: str | Path) -> None:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = head.config
-    state = {name: tensor.detach().contiguous().cpu() for name, tensor in head.state_dict().items()}
+    # copies: a head fused for inference holds views of one fused weight, which
+    # safetensors refuses to write as separate tensors
+    state = {name: tensor.detach().to("cpu", copy=True).contiguous()
+             for name, tensor in head.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     (directory / "config.json").write_text(
         json.dumps(_eagle1_config_json(head, config), indent=2) + "\n", encoding="utf-8"
