@@ -5,6 +5,8 @@ integers; this module holds only what must be tensors:
 
 * ``KVStorage``: one K and one V tensor per layer, in the ``KVLayout`` the attention
   backend declares (``NHD``: ``[num_slots, H_kv, D]``, ``HND``: ``[H_kv, num_slots, D]``).
+  All of them are views of one ``[2, L, ...]`` tensor, so a move touches every layer in
+  one gather and one scatter.
   It implements the ``KVStore`` protocol of ``eagle_hal.hal.attention``. The target model
   (L layers) and the draft model (1 layer) each get one, over the same allocator and table.
 * ``DeviceTokenTable``: the ``req_to_token`` tensor ``[max_requests, max_context]`` attention
@@ -80,8 +82,11 @@ class KVStorage:
             shape = (num_slots, num_kv_heads, head_dim)
         else:
             shape = (num_kv_heads, num_slots, head_dim)
-        self._k = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
-        self._v = [torch.zeros(shape, dtype=dtype, device=self.device) for _ in range(num_layers)]
+        # [K/V, layer, ...]: per-layer buffers are contiguous views of one tensor
+        self._kv = torch.zeros((2, num_layers, *shape), dtype=dtype, device=self.device)
+        self._k = list(self._kv[0].unbind(0))
+        self._v = list(self._kv[1].unbind(0))
+        self._slot_dim = 2 if layout.order == "NHD" else 3  # the slot axis of ``_kv``
 
     @classmethod
     def for_allocator(
@@ -118,7 +123,7 @@ class KVStorage:
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self._k + self._v)
+        return self._kv.numel() * self._kv.element_size()
 
     def write_kv(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store ``k``/``v`` ``[T, H_kv, D]`` at ``slots`` ``[T]`` of layer ``layer`` (cast to
@@ -144,21 +149,23 @@ class KVStorage:
             raise ValueError(
                 f"move_kv: src {tuple(src_slots.shape)} and dst {tuple(dst_slots.shape)} differ"
             )
+        if src_slots.numel() == 0:
+            return
         src, dst = src_slots.to(torch.int64), dst_slots.to(torch.int64)
-        for buffers in (self._k, self._v):
-            for buffer in buffers:
-                if self.layout.order == "NHD":
-                    buffer[dst] = buffer[src]  # advanced indexing reads a copy first
-                else:
-                    buffer[:, dst] = buffer[:, src]
+        # one gather and one scatter over every layer's K and V (the gather copies first)
+        if self._slot_dim == 2:
+            self._kv[:, :, dst] = self._kv[:, :, src]
+        else:
+            self._kv[:, :, :, dst] = self._kv[:, :, :, src]
 
 
 class DeviceTokenTable:
     """The ``req_to_token`` tensor ``[max_requests, max_context]`` of slots, on ``device``.
 
-    ``sync()`` copies into it the position ranges the integer ``RequestTokenTable`` reports
-    as changed, one vectorised write per changed row. Positions past a row's length hold
-    stale slots; attention reads only ``[0, prefix_len)``.
+    ``sync()`` writes into it the positions the integer ``RequestTokenTable`` reports as
+    changed whose slot differs from what the device already holds (a host mirror tracks
+    that), all rows in one host-to-device copy and one scatter. Positions past a row's
+    length hold stale slots; attention reads only ``[0, prefix_len)``.
     """
 
     def __init__(
@@ -172,9 +179,27 @@ class DeviceTokenTable:
         self.tensor = torch.zeros(
             table.max_requests, table.max_context, dtype=slot_dtype(layout), device=device
         )
+        self._mirror: dict[int, list[int]] = {}  # row -> the slots the device holds (prefix)
 
     def sync(self) -> None:
-        """Write the slots of every position defined since the last ``sync``."""
+        """Write the slots of every position defined since the last ``sync`` that changed."""
+        rows: list[int] = []
+        columns: list[int] = []
+        values: list[int] = []
         for row, (start, end) in self.table.take_dirty_ranges().items():
-            slots = torch.tensor(self.table.slots(row, start, end), dtype=self.tensor.dtype)
-            self.tensor[row, start:end] = slots.to(self.tensor.device, non_blocking=True)
+            mirror = self._mirror.setdefault(row, [])
+            if len(mirror) < end:
+                mirror.extend([-1] * (end - len(mirror)))
+            for position, slot in enumerate(self.table.slots(row, start, end), start):
+                if mirror[position] != slot:
+                    mirror[position] = slot
+                    rows.append(row)
+                    columns.append(position)
+                    values.append(slot)
+        if not values:
+            return
+        host = torch.tensor([rows, columns, values], dtype=torch.int64)  # [3, M]
+        if self.tensor.device.type != "cpu":
+            host = host.pin_memory()
+        index = host.to(self.tensor.device, non_blocking=True)
+        self.tensor[index[0], index[1]] = index[2].to(self.tensor.dtype)

@@ -119,9 +119,23 @@ class ModelRunner:
     def long(self, values: Sequence[int] | list[list[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64, device=self.device)
 
+    def upload(self, *lists: Sequence[int]) -> list[torch.Tensor]:
+        """Several host int lists as int64 device tensors (views of one), in one
+        host-to-device copy from pinned memory that does not wait for the device."""
+        host = torch.tensor([v for values in lists for v in values], dtype=torch.int64)
+        if self.device.type != "cpu":
+            host = host.pin_memory()
+        flat = host.to(self.device, non_blocking=True)
+        return list(flat.split([len(values) for values in lists]))
+
     def slots_at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Slots of logical ``positions`` (any shape) of table ``rows`` (broadcastable)."""
         return self.device_table.tensor[rows, positions]
+
+    def host_slots(self, rows: Sequence[int], starts: Sequence[int], count: int) -> list[int]:
+        """Slots of positions ``start .. start + count`` of each row, flat, from the integer
+        table (no device work)."""
+        return [s for row, start in zip(rows, starts) for s in self.table.slots(row, start, start + count)]
 
     def sync_table(self) -> None:
         self.device_table.sync()
@@ -139,14 +153,20 @@ class ModelRunner:
         tree_mask: torch.Tensor | None = None,
         draft_kv_slots: torch.Tensor | None = None,
         num_branches: int = 1,
+        device_lens: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> ForwardBatch:
+        """A forward batch. ``device_lens``: ``rows``, ``prefix_lens`` and ``extend_lens``
+        already on the device (int64 ``[B]`` each); otherwise they are uploaded in one copy."""
+        if device_lens is None:
+            device_lens = tuple(self.upload(rows, prefix_lens, extend_lens))  # type: ignore[assignment]
+        rows_t, prefix_t, extend_t = device_lens
         return ForwardBatch(
             mode=mode,
             input_ids=input_ids.reshape(-1),
             positions=positions.reshape(-1),
-            req_pool_indices=self.long(list(rows)),
-            prefix_lens=self.long(list(prefix_lens)),
-            extend_lens=self.long(list(extend_lens)),
+            req_pool_indices=rows_t,
+            prefix_lens=prefix_t,
+            extend_lens=extend_t,
             out_cache_loc=out_cache_loc.reshape(-1).to(self.slot_dtype),
             prefix_lens_cpu=tuple(prefix_lens),
             extend_lens_cpu=tuple(extend_lens),
@@ -158,24 +178,31 @@ class ModelRunner:
     def causal_batch(
         self,
         mode: ForwardMode,
-        input_ids: torch.Tensor,
+        input_ids: torch.Tensor | Sequence[int],
         rows: Sequence[int],
         prefix_lens: Sequence[int],
         extend_lens: Sequence[int],
     ) -> ForwardBatch:
         """An EXTEND / DECODE / DRAFT_EXTEND batch whose new tokens sit at logical positions
-        ``prefix .. prefix + extend`` of each row (already reserved and synced)."""
-        row_of_token = [r for r, n in zip(rows, extend_lens) for _ in range(n)]
-        pos_of_token = [p + i for p, n in zip(prefix_lens, extend_lens) for i in range(n)]
-        positions = self.long(pos_of_token)
+        ``prefix .. prefix + extend`` of each row (already reserved). Host ``input_ids``
+        travel in the same single copy as positions, slots and lengths."""
+        positions = [p + i for p, n in zip(prefix_lens, extend_lens) for i in range(n)]
+        slots = [
+            s for r, p, n in zip(rows, prefix_lens, extend_lens) for s in self.table.slots(r, p, p + n)
+        ]
+        host_ids = [] if isinstance(input_ids, torch.Tensor) else list(input_ids)
+        ids_t, positions_t, slots_t, rows_t, prefix_t, extend_t = self.upload(
+            host_ids, positions, slots, rows, prefix_lens, extend_lens
+        )
         return self.make_batch(
             mode,
-            input_ids=input_ids,
-            positions=positions,
+            input_ids=input_ids if isinstance(input_ids, torch.Tensor) else ids_t,
+            positions=positions_t,
             rows=rows,
             prefix_lens=prefix_lens,
             extend_lens=extend_lens,
-            out_cache_loc=self.slots_at(self.long(row_of_token), positions),
+            out_cache_loc=slots_t,
+            device_lens=(rows_t, prefix_t, extend_t),
         )
 
     # -- model passes ----------------------------------------------------------------------

@@ -59,7 +59,9 @@ def grow_tree_step(
     child_probs = topk_probs.reshape(batch_size, topk, topk).float()
     candidate_scores = (previous.scores.unsqueeze(2) * child_probs).reshape(batch_size, -1)
     candidate_tokens = topk_ids.reshape(batch_size, topk * topk).long()  # [B, K*K]
-    candidate_parents = previous.node_ids.repeat_interleave(topk, dim=1)  # [B, K*K]
+    candidate_parents = (
+        previous.node_ids.unsqueeze(2).expand(batch_size, topk, topk).reshape(batch_size, -1)
+    )  # [B, K*K]: candidate k*K + j hangs off frontier node k
 
     chosen = _best_k(candidate_scores, topk)  # [B, K] in [0, K*K)
     depth = previous.depth + 1

@@ -65,6 +65,10 @@ def accept_tree(
     """
     if sampling.greedy:
         predict = ops.masked_argmax(logits, vocab_size)  # [B, N]
+        if tokens.shape[1] == 1:  # the root alone: accept it, the bonus is the argmax
+            batch = tokens.shape[0]
+            accepted = torch.zeros(batch, 1, dtype=torch.int64, device=tokens.device)
+            return AcceptResult(accepted, accepted[:, 0] + 1, predict[:, 0])
         return ops.verify_greedy(tokens, retrieve_next_token, retrieve_next_sibling, predict, num_steps)
     batch, nodes = tokens.shape
     probs = ops.target_probs(

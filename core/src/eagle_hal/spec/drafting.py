@@ -16,42 +16,46 @@ import torch
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.hal.attention import ForwardMode
-from eagle_hal.hal.sampling import SamplingOps, TreeShape, TreeStep, VerifyTree
+from eagle_hal.hal.sampling import NO_NODE, SamplingOps, TreeShape, TreeStep, VerifyTree
 
-__all__ = ["DraftState", "draft_chain", "draft_tree", "single_node_tree"]
+__all__ = ["DraftInputs", "DraftState", "chain_tree", "draft_chain", "draft_tree", "single_node_tree"]
 
 
 class DraftState(NamedTuple):
-    """What the last draft extend left for a request."""
+    """What the last draft extend left for a request (or, stacked, for a batch)."""
 
     topk_probs: torch.Tensor  # [K] float32 draft probabilities of the root's children
     topk_ids: torch.Tensor  # [K] int64 their target-vocabulary token ids
     hidden: torch.Tensor  # [H] the draft's output hidden state at the last position
 
 
+class DraftInputs(NamedTuple):
+    """One decode iteration's batch as the draft loop needs it, uploaded once."""
+
+    rows: Sequence[int]
+    seq_lens: Sequence[int]
+    rows_t: torch.Tensor  # [B] int64 table rows
+    seq_t: torch.Tensor  # [B] int64 cached lengths (the roots' positions)
+    branches_t: torch.Tensor  # [B] int64 K: the extend length of every draft step
+    scratch: torch.Tensor  # [B, >= S * K] slots of positions seq_len, seq_len + 1, ...
+    positions: torch.Tensor  # [S, B * K] int64 draft position of step d's tokens
+    roots: torch.Tensor  # [B] int64 root tokens
+    state: DraftState  # [B, K], [B, K], [B, H]
+
+
 def draft_tree(
-    runner: ModelRunner,
-    ops: SamplingOps,
-    shape: TreeShape,
-    states: Sequence[DraftState],
-    rows: Sequence[int],
-    rows_t: torch.Tensor,
-    seq_lens: Sequence[int],
-    seq_t: torch.Tensor,
-    roots: torch.Tensor,
+    runner: ModelRunner, ops: SamplingOps, shape: TreeShape, inputs: DraftInputs
 ) -> VerifyTree:
     """Draft S levels for every request and lay out the verify tree (root = ``roots``).
     A chain (K = 1, N = S + 1) takes ``draft_chain``, which needs no tree bookkeeping."""
     if shape.topk == 1 and shape.num_draft_tokens == shape.num_steps + 1:
-        return draft_chain(runner, ops, shape.num_steps, states, rows, rows_t, seq_lens, seq_t, roots)
+        return draft_chain(runner, ops, shape.num_steps, inputs)
     draft = runner.draft
-    batch, topk, steps = len(states), shape.topk, shape.num_steps
-    probs = torch.stack([s.topk_probs for s in states])  # [B, K]
-    ids = torch.stack([s.topk_ids for s in states])  # [B, K]
-    root_hidden = torch.stack([s.hidden for s in states])  # [B, H]
+    batch, topk, steps = len(inputs.rows), shape.topk, shape.num_steps
+    probs, ids, root_hidden = inputs.state  # [B, K], [B, K], [B, H]
     hidden_size = root_hidden.shape[-1]
-    scratch_positions = seq_t[:, None] + torch.arange(steps * topk, device=runner.device)
-    scratch = runner.slots_at(rows_t[:, None], scratch_positions).view(batch, steps, topk)
+    scratch = inputs.scratch[:, : steps * topk].view(batch, steps, topk)
+    device_lens = (inputs.rows_t, inputs.seq_t, inputs.branches_t)
 
     step: TreeStep = ops.grow_tree_step(probs, ids, None)
     tree_steps = [step]
@@ -60,17 +64,17 @@ def draft_tree(
     batch_index = torch.arange(batch, device=runner.device)[:, None]
     for depth_index in range(steps - 1):  # run the frontier of depth depth_index + 1
         kv_slots = ops.draft_kv_slots(scratch, parents, depth_index)  # [B * K, depth_index + 1]
-        positions = (seq_t + depth_index)[:, None].expand(batch, topk)
         forward = runner.make_batch(
             ForwardMode.DRAFT_DECODE,
             input_ids=step.tokens,
-            positions=positions,
-            rows=rows,
-            prefix_lens=seq_lens,
+            positions=inputs.positions[depth_index],
+            rows=inputs.rows,
+            prefix_lens=inputs.seq_lens,
             extend_lens=[topk] * batch,
             out_cache_loc=scratch[:, depth_index, :],
             draft_kv_slots=kv_slots.to(runner.slot_dtype),
             num_branches=topk,
+            device_lens=device_lens,
         )
         hidden_out = runner.run_draft(forward, frontier_hidden)  # [B * K, H]
         child_probs, child_ids = draft.topk(hidden_out, topk)  # [B * K, K]
@@ -82,58 +86,84 @@ def draft_tree(
         ].reshape(-1, hidden_size)
     tree = ops.organize_draft_tree(tree_steps, shape.num_draft_tokens)
     return ops.build_verify_tree(
-        roots, tree.tokens, tree.parents, seq_t, runner.tree_mask_mode,
-        seq_lens_sum=sum(seq_lens),
+        inputs.roots, tree.tokens, tree.parents, inputs.seq_t, runner.tree_mask_mode,
+        seq_lens_sum=sum(inputs.seq_lens),
     )
 
 
 def draft_chain(
-    runner: ModelRunner,
-    ops: SamplingOps,
-    steps: int,
-    states: Sequence[DraftState],
-    rows: Sequence[int],
-    rows_t: torch.Tensor,
-    seq_lens: Sequence[int],
-    seq_t: torch.Tensor,
-    roots: torch.Tensor,
+    runner: ModelRunner, ops: SamplingOps, steps: int, inputs: DraftInputs
 ) -> VerifyTree:
     """The top-1 fast path: S greedy draft tokens per request, each attending to the
     prefix and the chain before it; no candidate scoring, selection or reordering."""
-    batch = len(states)
-    tokens = [torch.stack([s.topk_ids[0] for s in states])]  # S x [B]
-    hidden = torch.stack([s.hidden for s in states])  # [B, H]
-    scratch = runner.slots_at(rows_t[:, None], seq_t[:, None] + torch.arange(steps, device=runner.device))  # [B, S]
+    batch = len(inputs.rows)
+    tokens = [inputs.state.topk_ids[:, 0]]  # S x [B]
+    hidden = inputs.state.hidden  # [B, H]
+    scratch = inputs.scratch[:, :steps]  # [B, S]
+    device_lens = (inputs.rows_t, inputs.seq_t, inputs.branches_t)
     for depth_index in range(steps - 1):
         forward = runner.make_batch(
             ForwardMode.DRAFT_DECODE,
-            input_ids=tokens[-1][:, None],
-            positions=(seq_t + depth_index)[:, None],
-            rows=rows,
-            prefix_lens=seq_lens,
+            input_ids=tokens[-1],
+            positions=inputs.positions[depth_index],
+            rows=inputs.rows,
+            prefix_lens=inputs.seq_lens,
             extend_lens=[1] * batch,
-            out_cache_loc=scratch[:, depth_index : depth_index + 1],
+            out_cache_loc=scratch[:, depth_index],
             draft_kv_slots=scratch[:, : depth_index + 1].to(runner.slot_dtype),
             num_branches=1,
+            device_lens=device_lens,
         )
         hidden = runner.run_draft(forward, hidden)  # [B, H]
         _, ids = runner.draft.topk(hidden, 1)  # [B, 1]
         tokens.append(ids[:, 0])
     chain = torch.stack(tokens, dim=1)  # [B, S]
-    parents = torch.arange(steps, device=runner.device).expand(batch, steps)  # node i's parent: i - 1
-    return ops.build_verify_tree(
-        roots, chain, parents, seq_t, runner.tree_mask_mode, seq_lens_sum=sum(seq_lens),
-    )
+    return chain_tree(ops, inputs.roots, chain, inputs.seq_t, runner.tree_mask_mode,
+                      sum(inputs.seq_lens))
+
+
+def chain_tree(
+    ops: SamplingOps,
+    roots: torch.Tensor,
+    chain: torch.Tensor,
+    seq_lens: torch.Tensor,
+    mask_mode: str,
+    seq_lens_sum: int,
+) -> VerifyTree:
+    """The verify tree of a chain (node i's parent is i - 1), written out directly: the
+    layout ``build_verify_tree`` gives a chain, in a handful of ops."""
+    if mask_mode == TreeMaskMode.FULL:
+        parents = torch.arange(chain.shape[1], device=chain.device).expand_as(chain)
+        return ops.build_verify_tree(roots, chain, parents, seq_lens, mask_mode, seq_lens_sum)
+    batch, num_nodes = chain.shape[0], chain.shape[1] + 1
+    device = chain.device
+    tokens = torch.cat([roots.view(-1, 1), chain.long()], dim=1)  # [B, N]
+    node = torch.arange(num_nodes, device=device)
+    positions = seq_lens.view(-1, 1) + node
+    retrieve_index = torch.arange(batch * num_nodes, device=device).view(batch, num_nodes)
+    next_token = torch.where(node < num_nodes - 1, node + 1, NO_NODE).expand(batch, -1)
+    next_sibling = torch.full((batch, num_nodes), NO_NODE, dtype=torch.int64, device=device)
+    visible = node.view(-1, 1) >= node.view(1, -1)  # [N, N] node i sees 0..i
+    if mask_mode == TreeMaskMode.TREE_BLOCK:
+        tree_mask = visible.expand(batch, -1, -1).contiguous()
+    else:  # bit-packed: bit j of entry i set for j <= i (distinct bits: the sum is the OR)
+        bits = torch.ones_like(node) << node
+        tree_mask = (visible.long() * bits).sum(dim=1).expand(batch, -1).contiguous()
+    return VerifyTree(tokens, positions, retrieve_index, next_token, next_sibling, tree_mask,
+                      mask_mode)
 
 
 def single_node_tree(
-    ops: SamplingOps,
-    roots: torch.Tensor,
-    seq_lens: torch.Tensor,
-    mask_mode: str = TreeMaskMode.TREE_BLOCK,
+    roots: torch.Tensor, seq_lens: torch.Tensor, mask_mode: str = TreeMaskMode.TREE_BLOCK
 ) -> VerifyTree:
     """A verify 'tree' of the root alone: plain decoding (and prefill's first token)."""
-    empty = torch.empty(roots.shape[0], 0, dtype=torch.int64, device=roots.device)
-    if mask_mode == TreeMaskMode.FULL:
-        mask_mode = TreeMaskMode.TREE_BLOCK  # a one-node tree needs no mask
-    return ops.build_verify_tree(roots, empty, empty, seq_lens, mask_mode)
+    batch, device = roots.shape[0], roots.device
+    links = torch.full((2, batch, 1), NO_NODE, dtype=torch.int64, device=device)
+    retrieve_index = torch.arange(batch, device=device).view(batch, 1)
+    if mask_mode == TreeMaskMode.BIT_PACKED:
+        tree_mask = torch.ones(batch, 1, dtype=torch.int64, device=device)
+    else:  # a one-node tree needs no prefix columns, so FULL falls back to TREE_BLOCK
+        mask_mode = TreeMaskMode.TREE_BLOCK
+        tree_mask = torch.ones(batch, 1, 1, dtype=torch.bool, device=device)
+    return VerifyTree(roots.long().view(batch, 1), seq_lens.long().view(batch, 1),
+                      retrieve_index, links[0], links[1], tree_mask, mask_mode)

@@ -9,8 +9,9 @@ them. Per decode iteration for B requests, S draft steps, top-k K, N verify node
 2. draft: S - 1 DRAFT_DECODE forwards grow the tree (``grow_tree_step``), then the N - 1
    best nodes are organised and laid out as the verify tree (root = the pending token);
 3. verify: one TARGET_VERIFY forward over the N nodes under the tree mask;
-4. accept (greedy or lossless tree sampling); move the accepted path's KV to the front and
-   free the rest (truncate);
+4. accept (greedy or lossless tree sampling), read back in the iteration's one host sync;
+   move the accepted nodes not already in place (never for plain decoding or chains) to the
+   front and free the rest (truncate);
 5. draft extend: the draft consumes the emitted tokens with the target's features of the
    accepted nodes, giving the next iteration's top-K and hidden state.
 
@@ -40,7 +41,7 @@ from eagle_hal.hal.sampling import SamplingOps, TreeShape
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.adaptive import AdaptiveController
 from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import DraftState, draft_tree, single_node_tree
+from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
 
 __all__ = ["EagleWorker", "IterationTimes"]
 
@@ -92,7 +93,9 @@ class EagleWorker:
         self.base_seed = runner.parallel.broadcast_ints([local_seed])[0]
         self.timed = timed
         self.times = IterationTimes()
-        self._state: dict[int, DraftState] = {}
+        self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
+        self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
+        self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
 
     # -- engine interface --------------------------------------------------------------------
 
@@ -105,6 +108,8 @@ class EagleWorker:
 
     def release(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
+        self._batch_state = None
+        self._sampling_cache = None
 
     def steps_for(self, batch_size: int) -> int:
         if not self.has_draft:
@@ -123,17 +128,19 @@ class EagleWorker:
         for row, length in zip(rows, lengths):
             runner.table.reserve(row, length)
         runner.sync_table()
-        input_ids = runner.long([t for c in contexts for t in c])
-        batch = runner.causal_batch(ForwardMode.EXTEND, input_ids, rows, [0] * len(rows), lengths)
+        batch = runner.causal_batch(
+            ForwardMode.EXTEND, [t for c in contexts for t in c], rows, [0] * len(rows), lengths
+        )
         out = runner.run_target(batch, self.aux_layers)
-        last = runner.long(list(_cumsum(lengths))) - 1  # [B] last prompt token of each request
+        last, lengths_t, counters = runner.upload(
+            [end - 1 for end in _cumsum(lengths)], lengths, [2 * n + 1 for n in lengths]
+        )  # [B] each: last prompt token, prompt lengths, sampling counters
         logits = runner.target.compute_logits(out.hidden_states[last])[:, None, :]  # [B, 1, V]
         fresh = [not r.output_ids for r in requests]
-        tree = single_node_tree(self.ops, input_ids[last], runner.long(lengths))
+        tree = single_node_tree(batch.input_ids[last], lengths_t)
         result = accept_tree(
             self.ops, logits, self.vocab_size, tree.tokens, tree.retrieve_next_token,
-            tree.retrieve_next_sibling, 0, self._sampling(requests),
-            runner.long([2 * n + 1 for n in lengths]),
+            tree.retrieve_next_sibling, 0, self._sampling(requests), counters,
         )
         sampled = result.bonus_tokens.tolist()
         roots = [s if f else r.output_ids[-1] for s, f, r in zip(sampled, fresh, requests)]
@@ -142,7 +149,7 @@ class EagleWorker:
         if self.has_draft:
             draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
-            self._draft_extend(requests, rows, runner.long(draft_ids), features, [0] * len(rows), lengths)
+            self._draft_extend(requests, rows, draft_ids, features, [0] * len(rows), lengths)
         return [[root] if f else [] for root, f in zip(roots, fresh)]
 
     @torch.inference_mode()
@@ -153,61 +160,95 @@ class EagleWorker:
         steps = self.steps_for(batch_size)
         spec = self.spec.with_steps(steps) if steps != self.spec.num_steps else self.spec
         num_nodes = spec.draft_tokens if steps > 0 else 1
+        topk = spec.topk if steps > 0 else 1
         shape = TreeShape(spec.topk, steps, num_nodes)
         rows = [self._row(r) for r in requests]
         seq_lens = [r.cached_len for r in requests]
-        reserve = max(num_nodes, steps * spec.topk)
+        reserve = max(num_nodes, steps * topk)
         for row, seq_len in zip(rows, seq_lens):
             runner.table.reserve(row, seq_len + reserve)
         runner.sync_table()
-        rows_t, seq_t = runner.long(rows), runner.long(seq_lens)
-        roots = runner.long([r.output_ids[-1] for r in requests])
+        # Everything the iteration needs from the host, in one copy: the reserved block's
+        # slots (verify nodes and draft scratch share it) and the draft steps' positions.
+        host_slots = runner.host_slots(rows, seq_lens, reserve)  # [B * reserve]
+        draft_positions = [
+            s + d for d in range(max(steps - 1, 0)) for s in seq_lens for _ in range(topk)
+        ]  # [S - 1, B * K] step-major
+        rows_t, seq_t, roots, slots_t, branches_t, nodes_t, positions_t = runner.upload(
+            rows, seq_lens, [r.output_ids[-1] for r in requests], host_slots,
+            [topk] * batch_size, [num_nodes] * batch_size, draft_positions,
+        )
+        slots = slots_t.view(batch_size, reserve)
 
         # 1-2. draft the tree and lay it out for verification
         if steps > 0:
-            states = [self._state[r.request_id] for r in requests]
-            tree = draft_tree(runner, ops, shape, states, rows, rows_t, seq_lens, seq_t, roots)
+            inputs = DraftInputs(
+                rows, seq_lens, rows_t, seq_t, branches_t, slots,
+                positions_t.view(max(steps - 1, 0), batch_size * topk), roots,
+                self._draft_states(requests),
+            )
+            tree = draft_tree(runner, ops, shape, inputs)
         else:
-            tree = single_node_tree(ops, roots, seq_t, runner.tree_mask_mode)
+            tree = single_node_tree(roots, seq_t, runner.tree_mask_mode)
         t_draft = self._tick(start)
 
         # 3. verify
-        verify_slots = runner.slots_at(
-            rows_t[:, None], seq_t[:, None] + torch.arange(num_nodes, device=runner.device)
-        )  # [B, N]
+        verify_slots = slots[:, :num_nodes]  # [B, N] node i's slot is position seq_len + i
         mode = ForwardMode.TARGET_VERIFY if num_nodes > 1 else ForwardMode.DECODE
         batch = runner.make_batch(
             mode, input_ids=tree.tokens, positions=tree.positions, rows=rows,
             prefix_lens=seq_lens, extend_lens=[num_nodes] * batch_size,
             out_cache_loc=verify_slots, tree_mask=tree.tree_mask if num_nodes > 1 else None,
+            device_lens=(rows_t, seq_t, nodes_t),
         )
         out = runner.run_target(batch, self.aux_layers)
         logits = runner.target.compute_logits(out.hidden_states).view(batch_size, num_nodes, -1)
         t_verify = self._tick(t_draft)
 
-        # 4. accept, compact the accepted path's KV, free the rest
+        # 4. accept; read back lengths, bonus tokens, accepted nodes and the tree's tokens
+        # in the one host sync of the iteration, then move off-place KV and free the rest
         result = accept_tree(
             ops, logits, self.vocab_size, tree.tokens, tree.retrieve_next_token,
-            tree.retrieve_next_sibling, steps, self._sampling(requests), 2 * seq_t,
+            tree.retrieve_next_sibling, steps, self._sampling(requests),
+            2 * seq_t if not self._all_greedy(requests) else seq_t,
         )
-        path = ops.compact_accepted(tree.tokens, result.accepted_nodes, result.accept_lens, verify_slots)
-        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
-        emitted_t = ops.fill_bonus_tokens(
-            tree.tokens, result.accepted_nodes, result.accept_lens, result.bonus_tokens
-        )
-        accept_lens = result.accept_lens.tolist()  # the one host sync of the iteration
-        emitted_rows = emitted_t.tolist()
-        emitted = [row[:n] for row, n in zip(emitted_rows, accept_lens)]
-        for request, row, seq_len, n in zip(requests, rows, seq_lens, accept_lens):
+        width = result.accepted_nodes.shape[1]
+        readback = torch.cat(
+            [result.accept_lens.long().view(-1, 1), result.bonus_tokens.long().view(-1, 1),
+             result.accepted_nodes.long(), tree.tokens.long()], dim=1,
+        ).tolist()  # [B, 2 + W + N]
+        accept_lens = [row[0] for row in readback]
+        paths = [row[2 : 2 + n] for row, n in zip(readback, accept_lens)]  # accepted nodes
+        emitted = [
+            [row[2 + width + node] for node in path[1:]] + [row[1]]
+            for row, path in zip(readback, paths)
+        ]
+        moves = [
+            (host_slots[b * reserve + node], host_slots[b * reserve + j])
+            for b, path in enumerate(paths) for j, node in enumerate(path) if node != j
+        ]  # (source, destination) slot of every accepted node not yet in place
+        in_place = not moves
+        hidden_rows = [b * num_nodes + node for b, path in enumerate(paths) for node in path]
+        if moves or (self.has_draft and batch_size > 1):
+            sources, destinations, hidden_index = runner.upload(
+                [m[0] for m in moves], [m[1] for m in moves], hidden_rows
+            )
+            runner.target_kv.move_kv(sources, destinations)
+        for request, seq_len, n in zip(requests, seq_lens, accept_lens):
             request.cached_len = seq_len + n  # the root and n - 1 accepted drafts
+        # in reverse, so that the next iteration's reserves get the same slots back (LIFO)
+        for request, row in reversed(list(zip(requests, rows))):
             runner.table.truncate(row, request.cached_len)
         t_accept = self._tick(t_verify)
 
         # 5. draft extend over the emitted tokens, fed the accepted nodes' target features
         if self.has_draft:
-            valid = torch.arange(path.hidden_index.shape[1], device=runner.device)[None, :] < result.accept_lens[:, None]
-            features = runner.draft.project_target_features(out)[path.hidden_index[valid]]
-            ids = runner.long([t for row in emitted for t in row])
+            features = runner.draft.project_target_features(out)  # [B * N, H]
+            if batch_size == 1 and in_place:
+                features = features[: accept_lens[0]]
+            else:
+                features = features[hidden_index]
+            ids = [t for row in emitted for t in row]
             self._draft_extend(requests, rows, ids, features, seq_lens, accept_lens)
         t_extend = self._tick(t_accept)
 
@@ -228,21 +269,35 @@ class EagleWorker:
         self,
         requests: Sequence[Request],
         rows: Sequence[int],
-        input_ids: torch.Tensor,
+        input_ids: Sequence[int],
         features: torch.Tensor,
         prefix_lens: Sequence[int],
         extend_lens: Sequence[int],
     ) -> None:
-        """Run the draft over new tokens and keep each request's last top-K and hidden."""
+        """Run the draft over new tokens and keep the batch's last top-K and hidden."""
         runner = self.runner
         batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens, extend_lens)
         hidden_in = features.to(runner.dtype)
         hidden_out = runner.run_draft(batch, hidden_in)  # [T, H]
-        last = runner.long(list(_cumsum(extend_lens))) - 1
-        last_hidden = hidden_out[last]  # [B, H]
+        if all(n == extend_lens[0] for n in extend_lens):
+            last_hidden = hidden_out.view(len(rows), extend_lens[0], -1)[:, -1]  # [B, H]
+        else:
+            last_hidden = hidden_out[torch.cumsum(batch.extend_lens, 0) - 1]
         probs, ids = runner.draft.topk(last_hidden, self.spec.topk)  # [B, K]
+        state = DraftState(probs, ids, last_hidden)
+        key = tuple(r.request_id for r in requests)
+        self._batch_state = (key, state)
         for b, request in enumerate(requests):
-            self._state[request.request_id] = DraftState(probs[b], ids[b], last_hidden[b])
+            self._state[request.request_id] = (state, b)
+
+    def _draft_states(self, requests: Sequence[Request]) -> DraftState:
+        """The requests' draft states stacked ``[B, ...]``; free when they are the batch of
+        the last draft extend, in the same order (the usual case)."""
+        key = tuple(r.request_id for r in requests)
+        if self._batch_state is not None and self._batch_state[0] == key:
+            return self._batch_state[1]
+        parts = [self._state[r.request_id] for r in requests]
+        return DraftState(*(torch.stack([s[i][b] for s, b in parts]) for i in range(3)))
 
     def _row(self, request: Request) -> int:
         if request.table_row is None:
@@ -255,9 +310,18 @@ class EagleWorker:
         return (self.base_seed * 1_000_003 + request.request_id) & 0x7FFF_FFFF_FFFF
 
     def _sampling(self, requests: Sequence[Request]) -> SamplingBatch:
-        return SamplingBatch.of(
-            [r.params for r in requests], [self._seed(r) for r in requests], self.runner.device
-        )
+        """The batch's sampling tensors, reused while the batch stays the same."""
+        key = tuple(r.request_id for r in requests)
+        if self._sampling_cache is None or self._sampling_cache[0] != key:
+            sampling = SamplingBatch.of(
+                [r.params for r in requests], [self._seed(r) for r in requests], self.runner.device
+            )
+            self._sampling_cache = (key, sampling)
+        return self._sampling_cache[1]
+
+    @staticmethod
+    def _all_greedy(requests: Sequence[Request]) -> bool:
+        return all(r.params.greedy for r in requests)
 
     def _tick(self, since: float) -> float:
         if self.timed:
