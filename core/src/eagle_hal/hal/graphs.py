@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["DeviceGraph", "GraphCapture"]
+__all__ = ["DeviceGraph", "GraphCapture", "ModuleGraph", "ModuleGraphCapture"]
 
 _T = TypeVar("_T")
 
@@ -50,6 +50,60 @@ class GraphCapture(abc.ABC):
     def warmup(self) -> contextlib.AbstractContextManager[None]:
         """Context for the eager warm-up run before capture (a side stream on most devices)."""
         return _null_context()
+
+
+class ModuleGraph(DeviceGraph):
+    """One graph of a device module that mirrors the CUDA-graph API; its kernels read every
+    input from device buffers, so a replay takes no host-side updates."""
+
+    label = "device"  # for messages: "HIP", "MUSA", "XPU", ...
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+
+    def replay(self, host_updates: dict[str, Any] | None = None) -> None:
+        """Replay; ``host_updates`` must be empty (refresh the static device buffers instead)."""
+        if host_updates:
+            raise ValueError(
+                f"{self.label} graphs take no host-side updates, got {sorted(host_updates)}; "
+                "refresh the static device buffers instead"
+            )
+        self.graph.replay()
+
+
+class ModuleGraphCapture(GraphCapture):
+    """Capture through a device module with the CUDA-graph API shape (``<Name>Graph()``,
+    ``graph(g, pool=...)``, ``graph_pool_handle()``, ``Stream``): one shared memory pool,
+    warm-up on a side stream as capture does. A backend subclasses it naming the module's
+    graph class (``graph_class``) and its ``ModuleGraph`` subclass (``graph_type``)."""
+
+    graph_class = "Graph"
+    graph_type: type[ModuleGraph] = ModuleGraph
+
+    def __init__(self, device_module: Any) -> None:
+        self.device_module = device_module
+        self.pool = device_module.graph_pool_handle()
+        self._side_stream: Any = None
+
+    def new_graph(self) -> ModuleGraph:
+        return self.graph_type(getattr(self.device_module, self.graph_class)())
+
+    def capture(self, graph: DeviceGraph) -> contextlib.AbstractContextManager[Any]:
+        if not isinstance(graph, self.graph_type):
+            raise TypeError(
+                f"expected a {self.graph_type.__name__} from new_graph(), got {type(graph).__name__}"
+            )
+        return self.device_module.graph(graph.graph, pool=self.pool)
+
+    @contextlib.contextmanager
+    def warmup(self) -> Iterator[None]:
+        """Warm up on a side stream, as capture does, so lazy initialisation is not captured."""
+        if self._side_stream is None:
+            self._side_stream = self.device_module.Stream()
+        self._side_stream.wait_stream(self.device_module.current_stream())
+        with self.device_module.stream(self._side_stream):
+            yield
+        self.device_module.current_stream().wait_stream(self._side_stream)
 
 
 @contextlib.contextmanager
