@@ -39,43 +39,151 @@ def test_infer_acceptance_rate_inverts(alpha: float) -> None:
     assert infer_acceptance_rate(1.0, 0) is None
 
 
-def _run(controller: AdaptiveController, alpha: float, verify: float, draft: float, iters: int) -> int:
-    rng = random.Random(7)
-    steps = controller.choose(1)
+class _CostModel:
+    """A simulated device: one iteration at depth S costs ``verify + S * draft_step`` (plus
+    the draft extend when S > 0, plus the catch-up of the tokens emitted at S = 0 since the
+    draft last ran), times uniform noise; the accept length is the mean of ``batch`` chain
+    walks with per-token acceptance ``alpha``."""
+
+    def __init__(self, batch: int, alpha: float, verify: float, draft_step: float,
+                 extend: float = 0.0, catch_up_per_token: float = 0.0, noise: float = 0.05,
+                 seed: int = 7) -> None:
+        self.batch, self.alpha, self.verify, self.draft_step = batch, alpha, verify, draft_step
+        self.extend, self.catch_up_per_token, self.noise = extend, catch_up_per_token, noise
+        self.rng = random.Random(seed)
+        self.idle = 0
+
+    def expected_throughput(self, steps: int) -> float:
+        """Tokens per request per second at ``steps``, in steady state (the oracle)."""
+        extend = self.extend if steps > 0 else 0.0
+        return expected_accept_length(self.alpha, steps) / (self.verify + steps * self.draft_step + extend)
+
+    def best(self, candidates: tuple[int, ...]) -> int:
+        return max(candidates, key=self.expected_throughput)
+
+    def iterate(self, steps: int) -> tuple[float, float, float]:
+        """(mean accept length, seconds, of which the catch-up) of one iteration."""
+        seconds, catch_up = self.verify + steps * self.draft_step, 0.0
+        if steps > 0:
+            catch_up, self.idle = self.idle * self.catch_up_per_token, 0
+            seconds += self.extend
+        else:
+            self.idle += 1
+        seconds *= 1 + self.noise * (2 * self.rng.random() - 1)
+        seconds += catch_up
+        walks = [_simulated_chain_accept(self.alpha, steps, self.rng) for _ in range(self.batch)]
+        return sum(walks) / self.batch, seconds, catch_up
+
+
+def _drive(controller: AdaptiveController, model: _CostModel, batch: int, iters: int) -> list[int]:
+    """Run ``iters`` iterations; return the depth settled on after each."""
+    settled = []
     for _ in range(iters):
+        steps = controller.choose(batch)
+        controller.observe(batch, steps, *model.iterate(steps))
+        settled.append(controller.settled(batch))
+    return settled
+
+
+CANDIDATES = (0, 1, 3, 5)
+
+# (batch, alpha, verify ms, draft step ms, draft extend ms): the first is the measured batch-64
+# case (accept 2.5 at S = 5, drafting costly next to a cheap verify), where S = 0 is best
+SCENARIOS = [
+    (64, infer_acceptance_rate(2.5, 5), 1.0, 0.5, 0.5),
+    (16, 0.7, 1.0, 0.3, 0.3),
+    (4, 0.6, 1.0, 0.15, 0.1),
+    (1, 0.8, 1.0, 0.1, 0.1),
+    (1, 0.02, 1.0, 0.3, 0.2),
+]
+
+
+@pytest.mark.parametrize("batch,alpha,verify,draft_step,extend", SCENARIOS)
+def test_converges_to_the_simulated_best(batch, alpha, verify, draft_step, extend) -> None:
+    """Driven by a simulated cost model the controller, once warmed up, never settles on a
+    depth slower than S = 0, ends within the hysteresis of the best depth (brute-force
+    argmax of the expected throughput) and on it exactly where the best is clear."""
+    model = _CostModel(batch, alpha, verify * 1e-3, draft_step * 1e-3, extend * 1e-3,
+                       catch_up_per_token=extend * 1e-3 / 32)
+    controller = AdaptiveController(CANDIDATES, hysteresis=0.05)
+    settled = _drive(controller, model, batch, 2000)
+    warm = [s for s in settled if s is not None]
+    assert len(warm) >= 2000 - 4 * 3  # warm-up: three iterations per candidate
+    plain = model.expected_throughput(0)
+    assert all(model.expected_throughput(s) >= plain for s in warm)
+    best = model.best(CANDIDATES)
+    rates = sorted((model.expected_throughput(s) for s in CANDIDATES), reverse=True)
+    assert model.expected_throughput(warm[-1]) >= rates[0] / 1.1
+    if rates[0] > 1.2 * rates[1]:
+        assert warm[-1] == best
+        assert sum(s == best for s in warm) >= 0.95 * len(warm)
+
+
+def test_measured_batch_64_case_is_not_slower_than_plain() -> None:
+    """The measured regression (S = 5 kept at batch 64, 0.33x plain): simulated throughput
+    over the whole run, warm-up and probes included, stays at least 0.97x plain's."""
+    model = _CostModel(64, infer_acceptance_rate(2.5, 5), 1e-3, 0.5e-3, 0.5e-3,
+                       catch_up_per_token=0.5e-3 / 32)
+    controller = AdaptiveController(CANDIDATES)
+    tokens = seconds = 0.0
+    for _ in range(3000):
+        steps = controller.choose(64)
+        accept, spent, catch_up = model.iterate(steps)
+        controller.observe(64, steps, accept, spent, catch_up)
+        tokens, seconds = tokens + accept, seconds + spent
+    assert tokens / seconds >= 0.97 * model.expected_throughput(0)
+
+
+def test_falls_back_to_zero_when_the_draft_stops_paying() -> None:
+    """Settled deep with a good draft, the controller drops to S = 0 once acceptance collapses."""
+    model = _CostModel(1, 0.85, 1e-3, 0.05e-3, 0.05e-3)
+    controller = AdaptiveController(CANDIDATES)
+    assert _drive(controller, model, 1, 300)[-1] == 5
+    model.alpha, model.draft_step, model.extend = 0.02, 0.3e-3, 0.3e-3
+    assert _drive(controller, model, 1, 300)[-1] == 0
+
+
+def test_probes_find_speculation_again_from_zero() -> None:
+    """Settled at S = 0, periodic probes of a deeper neighbour climb back to the best depth."""
+    model = _CostModel(1, 0.02, 1e-3, 0.1e-3, 0.1e-3, catch_up_per_token=0.1e-3 / 32)
+    controller = AdaptiveController(CANDIDATES, probe_interval=16)
+    assert _drive(controller, model, 1, 200)[-1] == 0
+    model.alpha = 0.85
+    final = _drive(controller, model, 1, 3000)[-1]
+    assert model.expected_throughput(final) >= model.expected_throughput(model.best(CANDIDATES)) / 1.1
+    assert final > 0
+
+
+def test_probing_at_zero_is_rare() -> None:
+    """Sitting at S = 0 with a useless draft, probes take under 3% of the iterations."""
+    model = _CostModel(8, 0.02, 1e-3, 0.3e-3, 0.3e-3, catch_up_per_token=0.3e-3 / 32)
+    controller = AdaptiveController(CANDIDATES)
+    chosen = []
+    for _ in range(4000):
+        steps = controller.choose(8)
+        chosen.append(steps)
+        controller.observe(8, steps, *model.iterate(steps))
+    after_warmup = chosen[12:]
+    assert sum(s > 0 for s in after_warmup) < 0.03 * len(after_warmup)
+
+
+def test_warmup_measures_every_candidate_deepest_first() -> None:
+    """A new bucket runs each candidate (deepest first) before settling."""
+    controller = AdaptiveController((0, 2, 4), warmup_iterations=2)
+    chosen = []
+    for _ in range(9):
         steps = controller.choose(1)
-        accept = _simulated_chain_accept(alpha, steps, rng)
-        controller.observe(1, steps, accept, verify + steps * draft)
-    return controller.choose(1)
-
-
-def test_turns_speculation_off_when_it_does_not_pay() -> None:
-    """A useless draft (alpha ~ 0) with a real cost drives S to 0."""
-    controller = AdaptiveController((0, 1, 3, 5), probe_interval=10_000)
-    assert _run(controller, alpha=0.02, verify=1.0, draft=0.3, iters=200) == 0
-
-
-def test_keeps_deep_speculation_when_it_pays() -> None:
-    """A good, cheap draft keeps the deepest candidate (brute-force best by simulation)."""
-    controller = AdaptiveController((0, 1, 3, 5))
-    best = max((0, 1, 3, 5), key=lambda s: expected_accept_length(0.85, s) / (1.0 + 0.05 * s))
-    assert _run(controller, alpha=0.85, verify=1.0, draft=0.05, iters=200) == best == 5
-
-
-def test_probes_again_from_zero() -> None:
-    """At S = 0 the controller re-tries a positive depth every probe_interval iterations."""
-    controller = AdaptiveController((0, 2), initial_steps=0, probe_interval=5)
-    chosen = [controller.choose(1) for _ in range(10)]
-    assert chosen.count(2) == 2
+        chosen.append(steps)
+        assert controller.settled(1) is None
+        controller.observe(1, steps, 1.0, 1e-3 * (1 + steps))
+    assert chosen == [4, 4, 4, 2, 2, 2, 0, 0, 0]
+    assert controller.settled(1) == 0
 
 
 def test_buckets_are_independent() -> None:
     """Observations at batch size 64 do not move the depth used at batch size 1."""
-    controller = AdaptiveController((0, 4), probe_interval=10_000)
-    for _ in range(50):
-        controller.observe(64, 4, 1.0, 10.0)
-    controller.observe(64, 0, 1.0, 1.0)
-    for _ in range(10):
-        controller.observe(64, 0, 1.0, 1.0)
-    assert controller.choose(64) == 0
-    assert controller.choose(1) == 4
+    controller = AdaptiveController((0, 4))
+    model = _CostModel(64, 0.02, 1e-3, 0.5e-3, 0.5e-3)
+    _drive(controller, model, 64, 50)
+    assert controller.settled(64) == 0
+    assert controller.settled(1) is None and controller.choose(1) == 4

@@ -231,9 +231,12 @@ class ModelRunner:
         return self.target.forward(batch, self.target_attn, aux_layers=aux_layers)
 
     @torch.inference_mode()
-    def run_draft(self, batch: ForwardBatch, hidden: torch.Tensor) -> torch.Tensor:
+    def run_draft(
+        self, batch: ForwardBatch, hidden: torch.Tensor, *, eager: bool = False
+    ) -> torch.Tensor:
+        """The draft's output hidden states ``[T, H]``; ``eager`` skips graph replay."""
         assert self.draft is not None and self.draft_attn is not None
-        if self.graphs is not None:
+        if self.graphs is not None and not eager:
             replayed = self.graphs.run_draft(batch, hidden)
             if replayed is not None:
                 return replayed

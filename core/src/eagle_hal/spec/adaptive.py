@@ -1,16 +1,27 @@
-"""Adaptive speculation depth: pick S per batch-size bucket so speculation pays for itself.
+"""Adaptive speculation depth: pick S per batch-size bucket by measured throughput.
 
-The controller keeps, per batch-size bucket, an exponential moving average of
+Per batch-size bucket and candidate depth S the controller keeps a moving average of the
+mean accept length and of the wall time of one iteration at S (a running mean over the
+first samples, then an exponential one). Throughput at S is ``accept(S) / time(S)``,
+tokens per request per second, measured rather than predicted: a tree's acceptance is
+not the chain formula's, and the cost of drafting depends on the batch.
 
-* the per-token acceptance rate ``alpha``, inferred from observed accept lengths with the
-  chain model ``E[accept | S] = (1 - alpha^(S+1)) / (1 - alpha)`` (bonus token included), and
-* the wall time of one iteration at each depth S it has run.
-
-Expected throughput at depth S is ``E[accept | S] / time(S)``; time at a depth not yet seen
-is extrapolated linearly from the seen ones (verify cost plus S draft steps). The controller
-moves to a better S only when the predicted gain exceeds the hysteresis margin, and while it
-sits at S = 0 (where acceptance is unobservable) it re-tries the smallest positive S every
-``probe_interval`` iterations so it can notice that speculation pays again.
+* Warm-up: a new bucket runs every candidate, deepest first, for ``warmup_iterations``
+  timed iterations each (after one untimed settling iteration that absorbs graph capture
+  and similar one-off costs), then settles on the depth with the best throughput.
+* Probes: every ``probe_interval`` iterations it runs another depth (round robin) for
+  ``probe_iterations`` iterations, and moves there when it beats the settled depth by the
+  ``hysteresis`` margin (no margin for S = 0). So a bucket at S > 0 can fall back to 0 and
+  one at 0 notices when speculation pays again. A probe that changes nothing doubles the
+  interval (up to ``max_probe_interval``), and stretches it further when the probe's cost
+  (its extra time over the settled depth, plus the draft's catch-up after a stretch at
+  S = 0) would exceed ``probe_budget`` of the time between probes; a switch resets it.
+  The catch-up is charged to the probe, not to the depth's steady-state time: it is paid
+  once per return to S > 0.
+* Between probes, a settled S > 0 that measures slower than S = 0 did drops to 0 at once:
+  a bucket never stays at a depth measured slower than plain decoding.
+  The iteration that follows a stretch at S = 0 carries the draft's catch-up, so a probe
+  is charged what it really costs.
 """
 
 from __future__ import annotations
@@ -45,41 +56,63 @@ def infer_acceptance_rate(accept_length: float, steps: int) -> float | None:
 
 
 @dataclasses.dataclass(slots=True)
+class _DepthStats:
+    """Moving averages of one depth in one bucket."""
+
+    accept: float = 0.0
+    seconds: float = 0.0
+    samples: int = 0  # timed samples folded in
+    seen: int = 0  # iterations observed, the untimed settling one included
+
+    @property
+    def throughput(self) -> float | None:
+        if self.samples == 0 or self.seconds <= 0:
+            return None
+        return self.accept / self.seconds
+
+
+@dataclasses.dataclass(slots=True)
 class _Bucket:
-    steps: int
-    alpha: float
-    times: dict[int, float] = dataclasses.field(default_factory=dict)
+    stats: dict[int, _DepthStats]
+    plan: list[int]  # depths to run next (warm-up or probe), front first
+    settled: int | None = None  # None while warming up
+    probe_interval: int = 0
     since_probe: int = 0
-    iterations: int = 0
+    probes: int = 0
+    probe_cost: float = 0.0  # seconds the running probe spent beyond the settled depth
 
 
 class AdaptiveController:
-    """Chooses the number of draft steps per batch-size bucket."""
+    """Chooses the number of draft steps per batch-size bucket from measured throughput."""
 
     def __init__(
         self,
         candidates: tuple[int, ...],
         *,
-        initial_steps: int | None = None,
         ema: float = 0.9,
-        hysteresis: float = 0.15,
-        prior_alpha: float = 0.6,
+        hysteresis: float = 0.05,
         buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
+        warmup_iterations: int = 2,
         probe_interval: int = 64,
-        warmup_iterations: int = 4,
+        max_probe_interval: int = 256,
+        probe_iterations: int = 2,
+        probe_budget: float = 0.02,
     ) -> None:
-        if not candidates:
-            raise ValueError("the adaptive controller needs at least one candidate depth")
+        if not candidates or any(s < 0 for s in candidates):
+            raise ValueError("the adaptive controller needs candidate depths S >= 0")
+        if not 0.0 < ema < 1.0:
+            raise ValueError(f"ema must lie in (0, 1), got {ema}")
+        if warmup_iterations < 1 or probe_interval < 1 or probe_iterations < 1:
+            raise ValueError("warmup_iterations, probe_interval and probe_iterations must be >= 1")
         self.candidates = tuple(sorted(set(candidates)))
-        self.initial_steps = max(self.candidates) if initial_steps is None else initial_steps
-        if self.initial_steps not in self.candidates:
-            raise ValueError(f"initial depth {self.initial_steps} is not among {self.candidates}")
         self.ema = ema
         self.hysteresis = hysteresis
-        self.prior_alpha = prior_alpha
         self.bucket_sizes = buckets
-        self.probe_interval = probe_interval
         self.warmup_iterations = warmup_iterations
+        self.probe_interval = probe_interval
+        self.max_probe_interval = max(max_probe_interval, probe_interval)
+        self.probe_iterations = probe_iterations
+        self.probe_budget = probe_budget
         self._buckets: dict[int, _Bucket] = {}
 
     def bucket_of(self, batch_size: int) -> int:
@@ -91,68 +124,119 @@ class AdaptiveController:
     def _bucket(self, batch_size: int) -> _Bucket:
         key = self.bucket_of(batch_size)
         if key not in self._buckets:
-            self._buckets[key] = _Bucket(steps=self.initial_steps, alpha=self.prior_alpha)
+            # deepest first: the draft is caught up after prefill, so no warm-up iteration
+            # pays a catch-up that the steady state would not
+            plan = [s for s in reversed(self.candidates) for _ in range(self.warmup_iterations + 1)]
+            self._buckets[key] = _Bucket(
+                stats={s: _DepthStats() for s in self.candidates},
+                plan=plan if len(self.candidates) > 1 else [],
+                settled=None if len(self.candidates) > 1 else self.candidates[0],
+                probe_interval=self.probe_interval,
+            )
         return self._buckets[key]
 
     def choose(self, batch_size: int) -> int:
-        """The depth to run the next iteration of a batch of ``batch_size`` requests with."""
+        """The depth to run the next iteration of a batch of ``batch_size`` requests with
+        (no side effects: the schedule advances in ``observe``)."""
         bucket = self._bucket(batch_size)
-        if bucket.steps == 0 and len(self.candidates) > 1:
-            bucket.since_probe += 1
-            if bucket.since_probe >= self.probe_interval:
-                bucket.since_probe = 0
-                return min(s for s in self.candidates if s > 0)
-        return bucket.steps
+        if bucket.plan:
+            return bucket.plan[0]
+        assert bucket.settled is not None
+        return bucket.settled
 
-    def observe(self, batch_size: int, steps: int, accept_length: float, seconds: float) -> None:
-        """Record one iteration: its depth, mean accept length over the batch, wall time."""
+    def settled(self, batch_size: int) -> int | None:
+        """The depth the bucket has settled on; ``None`` while it is warming up."""
+        return self._bucket(batch_size).settled
+
+    def observe(
+        self,
+        batch_size: int,
+        steps: int,
+        accept_length: float,
+        seconds: float,
+        catch_up_seconds: float = 0.0,
+    ) -> None:
+        """Record one iteration: its depth, mean accept length over the batch, wall time,
+        and the part of it the draft's catch-up took (charged to the probe running)."""
         bucket = self._bucket(batch_size)
-        bucket.iterations += 1
-        alpha = infer_acceptance_rate(accept_length, steps)
-        if alpha is not None:
-            bucket.alpha = self.ema * bucket.alpha + (1 - self.ema) * alpha
-        previous = bucket.times.get(steps)
-        bucket.times[steps] = (
-            seconds if previous is None else self.ema * previous + (1 - self.ema) * seconds
-        )
-        if bucket.iterations >= self.warmup_iterations:
-            self._reconsider(bucket)
-
-    def predicted_throughput(self, batch_size: int, steps: int) -> float | None:
-        """Expected tokens per second per request at ``steps``; ``None`` if no timing yet."""
-        bucket = self._bucket(batch_size)
-        seconds = self._predicted_time(bucket, steps)
-        if seconds is None or seconds <= 0:
-            return None
-        return expected_accept_length(bucket.alpha, steps) / seconds
-
-    def _predicted_time(self, bucket: _Bucket, steps: int) -> float | None:
-        if steps in bucket.times:
-            return bucket.times[steps]
-        seen = sorted(bucket.times.items())
-        if not seen:
-            return None
-        if len(seen) == 1:
-            (s0, t0), = seen
-            # One point: assume a draft step costs a quarter of the rest of the iteration.
-            per_step = t0 / (4 + s0)
-            return t0 + (steps - s0) * per_step
-        (s0, t0), (s1, t1) = seen[0], seen[-1]
-        per_step = max((t1 - t0) / (s1 - s0), 0.0)
-        return max(t0 + (steps - s0) * per_step, 1e-9)
-
-    def _reconsider(self, bucket: _Bucket) -> None:
-        scores = {}
-        for steps in self.candidates:
-            seconds = self._predicted_time(bucket, steps)
-            if seconds is not None and seconds > 0:
-                scores[steps] = expected_accept_length(bucket.alpha, steps) / seconds
-        if bucket.steps not in scores:
+        stats = bucket.stats.get(steps)
+        if stats is None:  # a depth the controller did not offer (forced from outside)
             return
-        best = max(scores, key=lambda s: scores[s])
-        if scores[best] > scores[bucket.steps] * (1 + self.hysteresis):
-            bucket.steps = best
+        stats.seen += 1
+        steady = max(seconds - catch_up_seconds, 0.0)
+        if bucket.settled is not None or stats.seen > 1:  # warm-up's first one settles in
+            stats.samples += 1
+            weight = max(1.0 - self.ema, 1.0 / stats.samples)
+            stats.accept += weight * (accept_length - stats.accept)
+            stats.seconds += weight * (steady - stats.seconds)
+        if bucket.settled is not None and steps != bucket.settled:
+            bucket.probe_cost += seconds - bucket.stats[bucket.settled].seconds
+        elif catch_up_seconds > 0:  # back at the settled depth: the probe's catch-up
+            bucket.probe_cost += catch_up_seconds
+        if bucket.plan and bucket.plan[0] == steps:
+            bucket.plan.pop(0)
+            if bucket.plan:
+                return
+            if bucket.settled is None:  # warm-up done: take the best outright
+                bucket.settled = self._best(bucket)
+                return
+            self._after_probe(bucket, steps)
+            return
+        if steps != bucket.settled:
+            return
+        if self._slower_than_plain(bucket):
+            bucket.settled, bucket.since_probe = 0, 0
+            bucket.probe_interval = self.probe_interval
+            return
+        bucket.since_probe += 1
+        if bucket.since_probe >= bucket.probe_interval:
+            bucket.since_probe = 0
+            probe = self._next_probe(bucket)
+            # the probe's samples outweigh older ones: conditions may have changed since
+            bucket.stats[probe].samples = min(bucket.stats[probe].samples, 6)
+            bucket.plan = [probe] * self.probe_iterations
 
-    def snapshot(self) -> dict[int, tuple[int, float]]:
-        """Per bucket: the current depth and acceptance estimate (for statistics)."""
-        return {size: (b.steps, b.alpha) for size, b in sorted(self._buckets.items())}
+    def _best(self, bucket: _Bucket) -> int:
+        rated = {s: st.throughput for s, st in bucket.stats.items() if st.throughput is not None}
+        if not rated:
+            return self.candidates[0]
+        return max(rated, key=lambda s: (rated[s], -s))  # ties: the shallower depth
+
+    def _slower_than_plain(self, bucket: _Bucket) -> bool:
+        """Whether the settled depth now measures slower than S = 0 did (no margin)."""
+        if bucket.settled == 0 or 0 not in bucket.stats:
+            return False
+        current, plain = bucket.stats[bucket.settled].throughput, bucket.stats[0].throughput
+        return current is not None and plain is not None and current < plain
+
+    def _after_probe(self, bucket: _Bucket, probed: int) -> None:
+        """Move to the probed depth if it beats the settled one by the margin (none when it
+        is S = 0); a probe that changes nothing doubles the interval to the next one."""
+        assert bucket.settled is not None
+        current = bucket.stats[bucket.settled].throughput
+        rate = bucket.stats[probed].throughput
+        margin = 0.0 if probed == 0 else self.hysteresis
+        if rate is not None and (current is None or rate > current * (1 + margin)):
+            bucket.settled = probed
+            bucket.probe_interval = self.probe_interval
+        else:
+            interval = min(2 * bucket.probe_interval, self.max_probe_interval)
+            settled_seconds = bucket.stats[bucket.settled].seconds
+            if settled_seconds > 0:  # keep probing within its share of the time
+                affordable = bucket.probe_cost / (self.probe_budget * settled_seconds)
+                interval = max(interval, min(int(affordable) + 1, 16 * self.max_probe_interval))
+            bucket.probe_interval = interval
+        bucket.probe_cost = 0.0
+
+    def _next_probe(self, bucket: _Bucket) -> int:
+        """The next other depth to probe, round robin over the candidates."""
+        others = [s for s in self.candidates if s != bucket.settled]
+        bucket.probes += 1
+        return others[bucket.probes % len(others)]
+
+    def snapshot(self) -> dict[int, tuple[int | None, dict[int, float | None]]]:
+        """Per bucket: the settled depth and the measured throughput of each depth."""
+        return {
+            size: (b.settled, {s: st.throughput for s, st in b.stats.items()})
+            for size, b in sorted(self._buckets.items())
+        }

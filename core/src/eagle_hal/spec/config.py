@@ -12,10 +12,10 @@ class SpecConfig:
     """EAGLE tree settings.
 
     ``num_steps`` (S) draft levels, ``topk`` (K) branches kept per level, ``num_draft_tokens``
-    (N) verify-tree nodes including the root. ``num_steps == 0`` is plain decoding through the
-    speculative path (the draft still follows along so speculation can resume). ``topk == 1``
-    is a chain, for which N must be S + 1. ``adaptive`` lets the controller choose S per
-    batch-size bucket among ``adaptive_steps``.
+    (N) verify-tree nodes including the root. ``num_steps == 0`` is plain decoding (a draft,
+    if given, is not run). ``topk == 1`` is a chain, for which N must be S + 1. ``adaptive``
+    lets the controller choose S per batch-size bucket among ``adaptive_steps`` by measured
+    throughput; at S = 0 the draft idles and catches up when speculation resumes.
     """
 
     num_steps: int = 5
@@ -24,7 +24,7 @@ class SpecConfig:
     adaptive: bool = False
     adaptive_steps: tuple[int, ...] = (0, 1, 3, 5)
     adaptive_ema: float = 0.9
-    adaptive_hysteresis: float = 0.15
+    adaptive_hysteresis: float = 0.05
 
     def __post_init__(self) -> None:
         if self.num_steps < 0:

@@ -15,8 +15,10 @@ them. Per decode iteration for B requests, S draft steps, top-k K, N verify node
 5. draft extend: the draft consumes the emitted tokens with the target's features of the
    accepted nodes, giving the next iteration's top-K and hidden state.
 
-``S = 0`` runs the same sequence with a one-node tree (plain decoding; the draft still
-follows along so speculation can resume). With no draft model at all the worker is plain
+``S = 0`` (the adaptive controller's choice) runs a one-node tree and no draft at all, so it
+costs what plain decoding costs: the emitted tokens and their features wait in
+``spec.catchup`` until the next iteration with S > 0 starts with one ragged draft extend
+over them. With no draft model, or a fixed ``num_steps == 0``, the worker is plain
 decoding, the baseline.
 
 Positions: the root sits at position ``seq_len`` (its KV is written by the verify); a draft
@@ -40,6 +42,7 @@ from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import SamplingOps, TreeShape
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.adaptive import AdaptiveController
+from eagle_hal.spec.catchup import PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
 
@@ -72,13 +75,14 @@ class EagleWorker:
         self.runner = runner
         self.ops = ops
         self.spec = spec
-        self.has_draft = runner.draft is not None
+        deepest = max(spec.adaptive_steps) if spec.adaptive else spec.num_steps
+        # a draft that can never be asked to speculate is not run at all
+        self.has_draft = runner.draft is not None and deepest > 0
         self.vocab_size = runner.target.config.vocab_size
         self.aux_layers: tuple[int, ...] = tuple(getattr(runner.draft, "aux_layers", ()) or ())
         self.controller = (
             AdaptiveController(
                 spec.adaptive_steps,
-                initial_steps=max(spec.adaptive_steps),
                 ema=spec.adaptive_ema,
                 hysteresis=spec.adaptive_hysteresis,
             )
@@ -96,6 +100,7 @@ class EagleWorker:
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
         self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
+        self._pending = PendingDraftInputs()  # what the draft missed while S = 0
 
     # -- engine interface --------------------------------------------------------------------
 
@@ -108,6 +113,7 @@ class EagleWorker:
 
     def release(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
+        self._pending.drop(request.request_id)
         self._batch_state = None
         self._sampling_cache = None
 
@@ -147,6 +153,8 @@ class EagleWorker:
         for request, length in zip(requests, lengths):
             request.cached_len = length
         if self.has_draft:
+            for request in requests:  # a resumed request's draft starts over with its KV
+                self._pending.drop(request.request_id)
             draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
             self._draft_extend(requests, rows, draft_ids, features, [0] * len(rows), lengths)
@@ -179,6 +187,11 @@ class EagleWorker:
             [topk] * batch_size, [num_nodes] * batch_size, draft_positions,
         )
         slots = slots_t.view(batch_size, reserve)
+        caught_up = steps > 0 and self.catch_up(requests)
+        if caught_up and self.controller is not None:
+            # the controller charges the catch-up to the probe, so time it apart
+            runner.backend.synchronize()
+        t_catch_up = self._tick(start)
 
         # 1-2. draft the tree and lay it out for verification
         if steps > 0:
@@ -190,7 +203,7 @@ class EagleWorker:
             tree = draft_tree(runner, ops, shape, inputs)
         else:
             tree = single_node_tree(roots, seq_t, runner.tree_mask_mode)
-        t_draft = self._tick(start)
+        t_draft = self._tick(t_catch_up)
 
         # 3. verify
         verify_slots = slots[:, :num_nodes]  # [B, N] node i's slot is position seq_len + i
@@ -229,7 +242,7 @@ class EagleWorker:
         ]  # (source, destination) slot of every accepted node not yet in place
         in_place = not moves
         hidden_rows = [b * num_nodes + node for b, path in enumerate(paths) for node in path]
-        if moves or (self.has_draft and batch_size > 1):
+        if moves or (self.has_draft and steps > 0 and batch_size > 1):
             sources, destinations, hidden_index = runner.upload(
                 [m[0] for m in moves], [m[1] for m in moves], hidden_rows
             )
@@ -241,8 +254,14 @@ class EagleWorker:
             runner.table.truncate(row, request.cached_len)
         t_accept = self._tick(t_verify)
 
-        # 5. draft extend over the emitted tokens, fed the accepted nodes' target features
-        if self.has_draft:
+        # 5. draft extend over the emitted tokens, fed the accepted nodes' target features;
+        # at S = 0 only remember them (every request emitted one token, its feature is row b)
+        if self.has_draft and steps == 0:
+            features = runner.draft.project_target_features(out)  # [B, H]
+            self._pending.add(
+                [r.request_id for r in requests], seq_lens, [row[0] for row in emitted], features
+            )
+        elif self.has_draft:
             features = runner.draft.project_target_features(out)  # [B * N, H]
             if batch_size == 1 and in_place:
                 features = features[: accept_lens[0]]
@@ -254,16 +273,46 @@ class EagleWorker:
 
         if self.controller is not None:
             mean_accept = sum(accept_lens) / batch_size
-            self.controller.observe(batch_size, steps, mean_accept, t_extend - start)
+            self.controller.observe(
+                batch_size, steps, mean_accept, t_extend - start,
+                t_catch_up - start if caught_up else 0.0,
+            )
         if self.timed:
-            self.times.draft += t_draft - start
+            self.times.draft += t_draft - t_catch_up
             self.times.verify += t_verify - t_draft
             self.times.accept += t_accept - t_verify
-            self.times.draft_extend += t_extend - t_accept
+            self.times.draft_extend += t_extend - t_accept + t_catch_up - start
             self.times.iterations += 1
         return emitted
 
-    # -- helpers -------------------------------------------------------------------------------
+    # -- the draft's state ----------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def catch_up(self, requests: Sequence[Request]) -> bool:
+        """Bring the draft of every lagging request in ``requests`` up to its cached length
+        with one ragged draft extend over the pending tokens; returns whether any lagged.
+        Their KV positions are below the cached lengths, hence already reserved."""
+        pending = self._pending.take([r.request_id for r in requests])
+        if pending is None:
+            return False
+        by_id = {r.request_id: r for r in requests}
+        lagging = [by_id[i] for i in pending.request_ids]
+        for request, start, count in zip(lagging, pending.draft_lens, pending.extend_lens):
+            if start + count != request.cached_len:
+                raise RuntimeError(
+                    f"request {request.request_id}: the draft lags from {start} by {count} "
+                    f"tokens but the target holds {request.cached_len}"
+                )
+        # eager: the lengths depend on the stretch at S = 0, a graph per length would not pay
+        self._draft_extend(
+            lagging, [self._row(r) for r in lagging], pending.input_ids, pending.features,
+            pending.draft_lens, pending.extend_lens, eager=True,
+        )
+        return True
+
+    def draft_states(self, requests: Sequence[Request]) -> DraftState:
+        """The requests' draft states as the last draft extend left them, stacked ``[B, ...]``."""
+        return self._draft_states(requests)
 
     def _draft_extend(
         self,
@@ -273,12 +322,14 @@ class EagleWorker:
         features: torch.Tensor,
         prefix_lens: Sequence[int],
         extend_lens: Sequence[int],
+        *,
+        eager: bool = False,
     ) -> None:
         """Run the draft over new tokens and keep the batch's last top-K and hidden."""
         runner = self.runner
         batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens, extend_lens)
         hidden_in = features.to(runner.dtype)
-        hidden_out = runner.run_draft(batch, hidden_in)  # [T, H]
+        hidden_out = runner.run_draft(batch, hidden_in, eager=eager)  # [T, H]
         if all(n == extend_lens[0] for n in extend_lens):
             last_hidden = hidden_out.view(len(rows), extend_lens[0], -1)[:, -1]  # [B, H]
         else:
