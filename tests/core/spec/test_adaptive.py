@@ -180,10 +180,15 @@ def test_warmup_measures_every_candidate_deepest_first() -> None:
     assert controller.settled(1) == 0
 
 
-def test_buckets_are_independent() -> None:
-    """Observations at batch size 64 do not move the depth used at batch size 1."""
+def test_a_new_bucket_starts_at_its_neighbours_depth_and_learns_its_own() -> None:
+    """Batch 64 settles at S = 0 (drafting does not pay there); batch 1 then starts at 0
+    without a warm-up, probes, and climbs to S = 4 where speculation pays; batch 64 stays."""
     controller = AdaptiveController((0, 4))
-    model = _CostModel(64, 0.02, 1e-3, 0.5e-3, 0.5e-3)
-    _drive(controller, model, 64, 50)
+    _drive(controller, _CostModel(64, 0.02, 1e-3, 0.5e-3, 0.5e-3), 64, 50)
     assert controller.settled(64) == 0
-    assert controller.settled(1) is None and controller.choose(1) == 4
+    assert controller.settled(1) == 0 and controller.choose(1) == 0  # no warm-up plan
+    small = _CostModel(1, 0.9, 1e-3, 0.05e-3, 0.05e-3)
+    assert small.best((0, 4)) == 4
+    settled = _drive(controller, small, 1, 200)
+    assert settled[-1] == 4
+    assert controller.settled(64) == 0

@@ -6,9 +6,11 @@ first samples, then an exponential one). Throughput at S is ``accept(S) / time(S
 tokens per request per second, measured rather than predicted: a tree's acceptance is
 not the chain formula's, and the cost of drafting depends on the batch.
 
-* Warm-up: a new bucket runs every candidate, deepest first, for ``warmup_iterations``
+* Warm-up: the first bucket runs every candidate, deepest first, for ``warmup_iterations``
   timed iterations each (after one untimed settling iteration that absorbs graph capture
-  and similar one-off costs), then settles on the depth with the best throughput.
+  and similar one-off costs), then settles on the depth with the best throughput. A later
+  bucket starts at its nearest settled neighbour's depth and learns its own by probing
+  (batches pass through many sizes as requests finish).
 * Probes: every ``probe_interval`` iterations it runs another depth (round robin) for
   ``probe_iterations`` iterations, and moves there when it beats the settled depth by the
   ``hysteresis`` margin (no margin for S = 0). So a bucket at S > 0 can fall back to 0 and
@@ -124,16 +126,25 @@ class AdaptiveController:
     def _bucket(self, batch_size: int) -> _Bucket:
         key = self.bucket_of(batch_size)
         if key not in self._buckets:
-            # deepest first: the draft is caught up after prefill, so no warm-up iteration
-            # pays a catch-up that the steady state would not
-            plan = [s for s in reversed(self.candidates) for _ in range(self.warmup_iterations + 1)]
-            self._buckets[key] = _Bucket(
-                stats={s: _DepthStats() for s in self.candidates},
-                plan=plan if len(self.candidates) > 1 else [],
-                settled=None if len(self.candidates) > 1 else self.candidates[0],
-                probe_interval=self.probe_interval,
-            )
+            self._buckets[key] = self._new_bucket(key)
         return self._buckets[key]
+
+    def _new_bucket(self, key: int) -> _Bucket:
+        stats = {s: _DepthStats() for s in self.candidates}
+        if len(self.candidates) == 1:
+            return _Bucket(stats, [], self.candidates[0], self.probe_interval)
+        neighbours = sorted((abs(size.bit_length() - key.bit_length()), size)
+                            for size, b in self._buckets.items() if b.settled is not None)
+        if neighbours:
+            # batches pass through many sizes as requests finish: a new bucket starts at
+            # its nearest settled neighbour's depth and learns by probing, rather than
+            # paying a full warm-up (and graph captures) at depths the neighbour found slow
+            settled = self._buckets[neighbours[0][1]].settled
+            return _Bucket(stats, [], settled, self.probe_interval)
+        # the first bucket: every depth, deepest first (the draft is caught up after
+        # prefill, so no warm-up iteration pays a catch-up that the steady state would not)
+        plan = [s for s in reversed(self.candidates) for _ in range(self.warmup_iterations + 1)]
+        return _Bucket(stats, plan, None, self.probe_interval)
 
     def choose(self, batch_size: int) -> int:
         """The depth to run the next iteration of a batch of ``batch_size`` requests with
