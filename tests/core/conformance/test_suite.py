@@ -22,6 +22,8 @@ from eagle_hal.backends.cpu.backend import CpuBackend
 from eagle_hal.backends.cpu.plugin import CAPABILITIES, DESCRIPTOR
 from eagle_hal.conformance import Outcome, run_suite
 from eagle_hal.device import parse_device
+from eagle_hal.engine import graph_runner
+from eagle_hal.engine.graph_runner import GraphRunner
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.ops.reference import ReferenceSamplingOps
 from eagle_hal.testing.graphs import EmulatedGraphCapture
@@ -62,6 +64,23 @@ class RebindingReplayAttention(TorchAttentionBackend):
         fresh = self.plan_for_capture(batch)
         for field in dataclasses.fields(fresh):
             setattr(metadata, field.name, getattr(fresh, field.name))
+
+
+class PaddingIntoRealSlot(GraphRunner):
+    """Padded rows write their K/V into page 1 (the first page a request gets) instead of
+    the padding page."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pad_slot = self.runner.layout.page_size
+
+
+class ReplaySlicingTheTail(GraphRunner):
+    """A replay that returns the last rows of the bucket's outputs, ignoring the padding."""
+
+    def _replay(self, entry, batch, hidden, attn):
+        super()._replay(entry, batch, hidden, attn)
+        return tuple(out[out.shape[0] - batch.num_tokens :].clone() for out in entry.outputs)
 
 
 class BrokenCpu(CpuBackend):
@@ -140,7 +159,7 @@ def test_reference_attention_passes_graphs_with_emulated_capture():
     emulated capture (a replay sees only in-place updates)."""
     report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"])
     assert not report.failed, [r.message for r in _failures(report)]
-    assert report.counts("graphs")["pass"] == 3
+    assert report.counts("graphs")["pass"] == 8
 
 
 @pytest.mark.skipif(
@@ -149,13 +168,15 @@ def test_reference_attention_passes_graphs_with_emulated_capture():
 )
 def test_triton_attention_passes_graphs_with_emulated_capture():
     """The Triton attention (interpreted) passes the graphs area under the strict emulated
-    capture, as GraphRunner drives it (the H200 failure came from the check's driving)."""
+    capture, as GraphRunner drives it (the H200 failure came from the check's driving),
+    buckets and padding included. Greedy decoding with graphs is left out here (slow when
+    interpreted; tests/core/engine/test_graph_runner.py decodes through it)."""
     from eagle_hal.ops.triton.attention import TritonAttentionBackend
 
     report = run_suite("cpu", backend=BrokenCpu(attention=TritonAttentionBackend, graphs=True),
-                       areas=["graphs"])
+                       areas=["graphs"], extra_args=["-k", "not graph_decoding"])
     assert not report.failed, [r.message for r in _failures(report)]
-    assert report.counts("graphs")["pass"] == 3
+    assert report.counts("graphs")["pass"] == 6
 
 
 def test_required_page_size_is_checked():
@@ -197,12 +218,42 @@ def test_attention_ignoring_tree_mask_fails_verify_only():
 
 def test_replay_hook_rebinding_metadata_fails_graphs():
     """A replay hook that rebinds metadata fields (unseen by a captured graph) fails every
-    graphs check at its first replay."""
+    graphs check at its first replay, the engine's GraphRunner too."""
     report = run_suite("cpu", backend=BrokenCpu(attention=RebindingReplayAttention, graphs=True),
                        areas=["graphs"])
+    failed = {r.check_id: r.message for r in _failures(report)}
+    assert len(failed) == 8 and all(c.startswith("graphs/") for c in failed)
+    hooks = [m for c, m in failed.items() if "replay_equals_eager" in c]
+    assert len(hooks) == 3 and all("graph replay 0 of" in m and "outside atol" in m for m in hooks)
+    assert all("batch of 1 in bucket 1: hidden states [T, H] vs eager" in m
+               for c, m in failed.items() if "bucketed" in c)
+
+
+def test_padding_into_a_real_slot_fails_graphs(monkeypatch):
+    """A graph runner whose padded rows write into a real request's page fails the bucketed
+    checks, naming the slot and the request that holds it."""
+    monkeypatch.setattr(graph_runner, "GraphRunner", PaddingIntoRealSlot)
+    report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"],
+                       extra_args=["-k", "bucketed"])
     failed = _failures(report)
-    assert len(failed) == 3 and all(r.area == "graphs" for r in failed)
-    assert all("graph replay 0 of" in r.message and "outside atol" in r.message for r in failed)
+    assert len(failed) == 3 and all("bucketed_forwards" in r.check_id for r in failed)
+    assert all("outside the batch's out_cache_loc and the padding page changed; first slot 1 "
+               "(page 1, position 0 of request row 0)" in r.message for r in failed), [r.message for r in failed]
+
+
+def test_replay_ignoring_the_padding_fails_graphs(monkeypatch):
+    """A replay that slices the padded rows instead of the real ones fails the bucketed and
+    decoding checks at the first padded batch; full buckets pass."""
+    monkeypatch.setattr(graph_runner, "GraphRunner", ReplaySlicingTheTail)
+    report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"])
+    failed = {r.check_id: r.message for r in _failures(report)}
+    assert {c for c in failed if "bucketed_forwards" in c} == {
+        f"graphs/bucketed_forwards_equal_eager[{m}]" for m in ("draft_decode", "target_verify", "draft_extend")
+    }
+    assert all("batch of 2 in bucket 4 (padded)" in m and "vs eager" in m
+               for c, m in failed.items() if "bucketed" in c), failed
+    assert any("graph_decoding" in c and "differs from plain decoding" in m for c, m in failed.items())
+    assert report.counts("graphs")["pass"] >= 3  # the attention-hook checks use no GraphRunner
 
 
 def test_known_failures_expected_and_unexpected_pass():

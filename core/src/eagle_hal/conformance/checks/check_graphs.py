@@ -1,8 +1,9 @@
-"""Area 5, graphs: capture and replay equal eager, for draft decode, verify and draft extend
-attention, for one batch bucket (padding buckets: not yet covered), at the backend's own
-page size. Skipped (with the reason) on backends that declare no graph capture.
+"""Area 5, graphs: capture and replay equal eager, for draft decode, verify and draft extend,
+across batch buckets with padding, at the backend's own page size. Skipped (with the reason)
+on backends that declare no graph capture.
 
-The check drives the hooks as ``engine.graph_runner.GraphRunner`` does (the contract is in
+``test_replay_equals_eager`` checks the attention hooks alone, in one unpadded batch shape.
+It drives them as ``engine.graph_runner.GraphRunner`` does (the contract is in
 ``eagle_hal.hal.attention`` and ``eagle_hal.hal.graphs``): ``init_graph_state``,
 ``plan_for_capture`` on a static batch, a warm-up forward under ``warmup()``, one forward
 recorded with ``record(graph, ...)``. Then for two other batches of the same shape (other
@@ -12,6 +13,16 @@ static batch with the new batch's host lengths, and the graph replays. The stati
 must equal an eager ``plan`` + ``forward`` of the new batch on a twin KV store (the
 attention area's tolerances). A replay that reads stale buffers or capture-time host
 values fails here.
+
+``test_bucketed_forwards_equal_eager`` runs the core's own ``GraphRunner`` over a tiny random
+Llama target and EAGLE-1 head (``conformance.runner_scene``) with buckets 1 and 4 and
+batches of 1, 4, 2, 3 and 5 requests: filling a bucket, padded (2 and 3 in the graph a
+full batch of 4 used before) and beyond the largest bucket (eager). Target verify, each
+draft-decode depth and draft extend must give the eager forward's outputs (attention
+tolerances), leave the K/V of every slot but the batch's own and the padding page
+bit-identical, and release every page. ``test_graph_decoding_equals_plain`` decodes
+greedily with graphs on (batches shrink through the buckets as requests finish) and must
+equal plain decoding without graphs.
 """
 
 from __future__ import annotations
@@ -28,7 +39,10 @@ from eagle_hal.conformance.checks.check_attention import build_case
 from eagle_hal.conformance.compare import assert_close
 from eagle_hal.conformance.paged import PagedScene, preferred_page_size
 from eagle_hal.conformance.requirements import requires
+from eagle_hal.conformance.runner_scene import BUCKETS, RunnerScene
+from eagle_hal.engine.request import SamplingParams
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
+from eagle_hal.spec.config import SpecConfig
 
 pytestmark = requires("graph_capture")
 MODES = [ForwardMode.DRAFT_DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND]
@@ -96,3 +110,88 @@ def test_replay_equals_eager(backend: Backend, tolerance: Any, mode: ForwardMode
         batch.attn_metadata = eager_attention.plan(batch)
         expected = eager_attention.forward(LAYER, new_q, new_k, new_v, batch)
         assert_close(f"graph replay {replay} of {mode.value}: output vs eager", out, expected, *tolerance("float32"))
+
+
+BATCH_SIZES = (1, 4, 2, 3, 5)  # 1 and 4 fill buckets; 2 and 3 padded to 4; 5 runs eagerly
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], list(range(20, 44)), [5, 3, 5, 8, 9, 7, 9]]
+MAX_NEW_TOKENS = [9, 6, 3, 7]  # the batch shrinks through the buckets as requests finish
+
+
+def _graph_use(scene: RunnerScene, size: int) -> str:
+    bucket = scene.runner.graphs.bucket_for(size) if scene.runner.graphs else None
+    if bucket is None:
+        return f"batch of {size} beyond the largest bucket {BUCKETS[-1]} (eager)"
+    return f"batch of {size} in bucket {bucket}" + (" (padded)" if bucket > size else "")
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_bucketed_forwards_equal_eager(backend: Backend, tolerance: Any, mode: ForwardMode) -> None:
+    """The core's GraphRunner on the backend: full, padded and too-large batches equal eager;
+    padded rows disturb no real K/V; no page leaks."""
+    scene = RunnerScene(backend, seed=zlib.crc32(b"buckets" + mode.value.encode()) % 1000)
+    assert scene.graphs_on, (
+        f"backend {backend.name!r} offers graph capture but its attention backend does not "
+        "implement plan_for_replay, so the engine runs every forward eagerly"
+    )
+    graphs, atol_rtol = scene.runner.graphs, tolerance("float32")
+    assert graphs is not None
+    for size in BATCH_SIZES:
+        rows, seq_lens = scene.add_requests(size)
+        for batch, features in scene.batches(mode, rows, seq_lens):
+            slots = batch.draft_kv_slots
+            depth = f" depth {slots.shape[1]}" if slots is not None else ""
+            what = f"{mode.value}{depth}, {_graph_use(scene, size)}"
+            expected = scene.run_eagerly(batch, features)
+            eager_kv, replays = scene.kv_by_slot(), graphs.replays
+            got = scene.run(batch, features)
+            served = graphs.replays - replays
+            assert served == int(graphs.bucket_for(size) is not None), (
+                f"{what}: {served} forwards served by a graph (graph runner bucketing)"
+            )
+            graph_kv = scene.kv_by_slot()
+            scene.assert_kv_kept(what, eager_kv, graph_kv, batch.out_cache_loc)
+            own = batch.out_cache_loc.long().cpu()
+            assert_close(f"{what}: K/V written at out_cache_loc vs eager", graph_kv[own],
+                         eager_kv[own], *atol_rtol)
+            for index, (out, reference) in enumerate(zip(got, expected, strict=True)):
+                name = "hidden states [T, H]" if index == 0 else f"aux hidden states {index}"
+                assert_close(f"{what}: {name} vs eager", out, reference, *atol_rtol)
+        scene.release(rows)
+    table = scene.runner.table
+    assert table.allocator.num_used_pages == 0 and not table.leaked_pages(), (
+        f"{mode.value}: {table.allocator.num_used_pages} pages still held after every request "
+        f"was released; leaked: {sorted(table.leaked_pages())}"
+    )
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param(SpecConfig(num_steps=3, topk=1, num_draft_tokens=4), id="chain-S3"),
+    pytest.param(SpecConfig(num_steps=2, topk=2, num_draft_tokens=4), id="tree-K2-S2-N4"),
+])
+def test_graph_decoding_equals_plain(backend: Backend, spec: SpecConfig) -> None:
+    """Greedy speculative decoding with graphs on equals plain decoding without graphs."""
+    from eagle_hal.api import LLM
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    device, page_size = backend.torch_device, preferred_page_size(backend)
+    target = tiny_target(seed=21, device=device)
+    head = tiny_eagle1(target, seed=22).to(device)
+    params = [SamplingParams(max_new_tokens=n) for n in MAX_NEW_TOKENS]
+    plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
+                            page_size=page_size)
+    expected = plain.generate(PROMPTS, params)
+    llm = LLM.from_models(backend, target, head, spec=spec, page_size=page_size)
+    assert llm.runner.enable_graphs(BUCKETS), "graph capture offered but the engine cannot replay"
+    outputs = llm.generate(PROMPTS, params)
+    for i, (got, reference) in enumerate(zip(outputs, expected, strict=True)):
+        assert got.error is None, f"request {i} failed: {got.error}"
+        assert got.token_ids == reference.token_ids, (
+            f"greedy decoding with graphs (S={spec.num_steps}, K={spec.topk}, "
+            f"N={spec.num_draft_tokens}): prompt {i} differs from plain decoding: "
+            f"{list(got.token_ids)} vs {list(reference.token_ids)}"
+        )
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.replays > 0, "no forward replayed a graph"
+    assert llm.used_pages == 0 and llm.leaked_pages == 0, (
+        f"{llm.used_pages} KV pages still held after the batch finished"
+    )
