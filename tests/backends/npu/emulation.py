@@ -18,6 +18,9 @@ fails here instead of on hardware.
 * ``emulated_reshape_and_cache``: ``_npu_reshape_and_cache`` (int32 slots).
 * ``EmulatedNpuGraphModule``: the parts of ``torch.npu`` the graph glue calls, recording
   what it is asked to do (no capture happens).
+* ``HostUpdatedGraphCapture``: the core's strict ``EmulatedGraphCapture`` plus what
+  ``NPUGraph.update(cpu_update_input=...)`` does: a replay's fused-attention calls see the
+  host lengths of the capture, or of the last update (one dict per captured call, in order).
 """
 
 from __future__ import annotations
@@ -26,16 +29,19 @@ import contextlib
 from types import SimpleNamespace
 
 import torch
+from eagle_hal.testing.graphs import EmulatedGraph, EmulatedGraphCapture
 
 __all__ = [
     "EmulatedNpuGraphModule",
     "FusedAttentionEmulation",
+    "HostUpdatedGraphCapture",
     "emulated_ops",
     "emulated_reshape_and_cache",
 ]
 
 _MAX_INT32 = 2147483647
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
+_HOST_UPDATABLE = ("actual_seq_lengths", "actual_seq_lengths_kv")  # what update() refreshes
 _SUPPORTED = {
     "atten_mask", "actual_seq_lengths", "actual_seq_lengths_kv", "block_table", "num_heads",
     "scale", "pre_tokens", "next_tokens", "input_layout", "num_key_value_heads", "sparse_mode",
@@ -52,11 +58,19 @@ class FusedAttentionEmulation:
         self.allow_float32 = allow_float32
         self.ignore_mask_in_sparse_modes = ignore_mask_in_sparse_modes
         self.calls: list[dict[str, object]] = []  # keyword arguments of every call
+        self.host_overrides: list[dict[str, object]] | None = None  # set by a graph replay
 
     def __call__(self, query, key, value, **kwargs):
         unsupported = {k for k, v in kwargs.items() if k not in _SUPPORTED and v is not None}
         if unsupported:
             raise NotImplementedError(f"the emulation does not model {sorted(unsupported)}")
+        if self.host_overrides is not None:
+            if not self.host_overrides:
+                raise RuntimeError("a replay made more fused calls than were captured")
+            entry = self.host_overrides.pop(0)
+            if set(entry) - set(kwargs):
+                raise ValueError(f"update of {sorted(set(entry) - set(kwargs))}, not captured")
+            kwargs = {**kwargs, **entry}
         self.calls.append(kwargs)
         layout = kwargs.get("input_layout", "BSH")
         num_heads = kwargs.get("num_heads", 1)
@@ -221,6 +235,63 @@ def emulated_ops(**options):
     from eagle_hal_npu.ops import NpuOps
 
     return NpuOps(FusedAttentionEmulation(**options), emulated_reshape_and_cache)
+
+
+class HostUpdatedGraph(EmulatedGraph):
+    """An ``EmulatedGraph`` whose fused-attention calls take ``cpu_update_input`` entries."""
+
+    def __init__(self, fused: FusedAttentionEmulation) -> None:
+        super().__init__()
+        self.fused = fused
+        self.captured_calls = 0  # fused calls the captured body made
+        self.host_values: list[dict[str, object]] | None = None  # the last update, kept
+
+    def replay(self, host_updates=None):
+        """Apply ``host_updates["cpu_update_input"]`` (kept for later replays, as
+        ``NPUGraph.update`` does), then replay with each captured call seeing its entry."""
+        if host_updates:
+            if set(host_updates) != {"cpu_update_input"}:
+                raise KeyError(f"NPU host updates go under cpu_update_input: {sorted(host_updates)}")
+            self.host_values = self._checked(host_updates["cpu_update_input"])
+        self.fused.host_overrides = None if self.host_values is None else list(self.host_values)
+        try:
+            super().replay()
+            left = self.fused.host_overrides
+        finally:
+            self.fused.host_overrides = None
+        if left:
+            raise RuntimeError(f"a replay made {len(left)} fewer fused calls than were captured")
+
+    def _checked(self, entries):
+        if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+            raise TypeError("cpu_update_input must be a list of dicts, one per captured op")
+        if len(entries) != self.captured_calls:
+            raise ValueError(
+                f"cpu_update_input has {len(entries)} entries for {self.captured_calls} "
+                "captured fused-attention calls"
+            )
+        for entry in entries:
+            unknown = set(entry) - set(_HOST_UPDATABLE)
+            if unknown:
+                raise ValueError(f"cpu_update_input entries cannot update {sorted(unknown)}")
+        return [dict(entry) for entry in entries]
+
+
+class HostUpdatedGraphCapture(EmulatedGraphCapture):
+    """``EmulatedGraphCapture`` with NPU-style host updates of ``fused``'s calls."""
+
+    def __init__(self, fused: FusedAttentionEmulation) -> None:
+        self.fused = fused
+
+    def new_graph(self) -> HostUpdatedGraph:
+        return HostUpdatedGraph(self.fused)
+
+    def record(self, graph, body):
+        """Record as the core's emulation does, counting the fused calls captured."""
+        before = len(self.fused.calls)
+        result = super().record(graph, body)
+        graph.captured_calls = len(self.fused.calls) - before
+        return result
 
 
 class EmulatedNpuGraph:

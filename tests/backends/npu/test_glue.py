@@ -82,3 +82,11 @@ def test_graph_update_payload_one_entry_per_layer_with_padding():
 def test_slots_and_lengths():
     assert glue.to_npu_slots(torch.tensor([3, 4])).dtype == torch.int32
     assert glue.kv_lengths((3, 0), (2, 5)) == [5, 5]
+
+
+def test_graph_update_payload_with_query_lengths():
+    payload = glue.graph_update_payload([5, 9], 2, padded_batch_size=3, query_lens=[2, 2])
+    assert payload == [{"actual_seq_lengths_kv": [5, 9, 1], "actual_seq_lengths": [2, 2, 1]}] * 2
+    assert payload[0]["actual_seq_lengths"] is not payload[1]["actual_seq_lengths"]
+    with pytest.raises(ValueError, match="query lengths"):
+        glue.graph_update_payload([5, 9], 1, query_lens=[2])

@@ -19,13 +19,20 @@ cached prefix through ``npu_fused_infer_attention_score`` with a ``block_table``
   through the fused call, each branch over its own ancestors densely, merged.
 
 The fused operator computes in float16/bfloat16; this backend hands it the KV storage's
-dtype. Graph capture needs host-side KV lengths refreshed on replay: ``graph_update_payload``
-gives the ``cpu_update_input`` for a planned batch (one entry per layer).
+dtype.
+
+Graph hooks: ``plan_for_capture`` sizes the block table (and an explicit verify mask) for
+a full ``req_to_token`` row and gives every tensor the graph reads its own buffer;
+``plan_for_replay`` re-plans and copies into them. The fused call's host lengths
+(``actual_seq_lengths_kv``, and ``actual_seq_lengths`` for multi-token queries) stay as
+captured on the device; ``replay_host_updates`` returns them for ``NPUGraph.update``, one
+entry per fused call the captured forward made (one per layer it ran).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import torch
 
@@ -41,6 +48,7 @@ from eagle_hal.ops.attention_composite import masked_attention_with_lse, merge_a
 from eagle_hal.ops.attention_reference import decode_tree_mask, gather_kv_slots
 
 from eagle_hal_npu import glue
+from eagle_hal_npu.graphs import HOST_UPDATE_KEY
 from eagle_hal_npu.ops import NpuOps
 
 __all__ = ["NpuAttentionBackend", "NpuAttentionMetadata"]
@@ -64,6 +72,10 @@ class NpuAttentionMetadata(AttentionMetadata):
     prefix_lens: torch.Tensor | None = None  # composite: [B] on the device
     query_gather: torch.Tensor | None = None  # ragged: [B * max_queries] token of each row
     token_scatter: torch.Tensor | None = None  # ragged: [T] row of each token
+    layers_run: set[int] = dataclasses.field(default_factory=set)  # layers that made a fused call
+
+
+_REPLAYED_TENSORS = ("block_table", "own_visible", "prefix_lens", "query_gather", "token_scatter")
 
 
 class NpuAttentionBackend(AttentionBackend):
@@ -93,6 +105,11 @@ class NpuAttentionBackend(AttentionBackend):
     def plan(self, batch: ForwardBatch) -> NpuAttentionMetadata:
         """Block table, host lengths, masks and query padding for ``batch``; no
         device-to-host read. Raises ``ValueError`` for a batch inconsistent with its mode."""
+        return self._plan(batch, None)
+
+    def _plan(self, batch: ForwardBatch, kv_capacity: int | None) -> NpuAttentionMetadata:
+        """``plan`` with the block table and an explicit verify mask sized for
+        ``kv_capacity`` keys (``None``: the batch's longest)."""
         mode, prefix_lens = batch.mode, batch.prefix_lens_cpu
         if mode is ForwardMode.DRAFT_DECODE:
             query_lens = (batch.num_branches,) * batch.batch_size
@@ -107,13 +124,10 @@ class NpuAttentionBackend(AttentionBackend):
         composite = mode is ForwardMode.DRAFT_DECODE or (
             mode is ForwardMode.TARGET_VERIFY and not self.verify_with_mask
         )
-        if composite:
-            fused_kv_lens = list(prefix_lens)
-        else:
-            fused_kv_lens = glue.kv_lengths(prefix_lens, query_lens)
+        fused_kv_lens = self._fused_kv_lens(prefix_lens, query_lens, composite)
+        max_kv = max(fused_kv_lens, default=1) if kv_capacity is None else kv_capacity
         table = glue.block_table(
-            self.config.req_to_token, batch.req_pool_indices, max(fused_kv_lens, default=1),
-            self.block_size,
+            self.config.req_to_token, batch.req_pool_indices, max_kv, self.block_size
         )
         metadata = NpuAttentionMetadata(query_lens, max_queries, fused_kv_lens, table, composite)
         device = batch.out_cache_loc.device
@@ -122,9 +136,8 @@ class NpuAttentionBackend(AttentionBackend):
             if composite:
                 metadata.own_visible = tree_block
             else:
-                metadata.atten_mask = glue.tree_verify_mask(
-                    tree_block, prefix_lens, max(prefix_lens) + max_queries
-                )
+                mask_width = max(prefix_lens) + max_queries if kv_capacity is None else kv_capacity
+                metadata.atten_mask = glue.tree_verify_mask(tree_block, prefix_lens, mask_width)
         elif mode is ForwardMode.DRAFT_DECODE:
             metadata.own_visible = self._branch_visibility(batch)
         elif max_queries > 1:
@@ -135,6 +148,13 @@ class NpuAttentionBackend(AttentionBackend):
         if any(n != max_queries for n in query_lens):
             self._plan_ragged(metadata, device)
         return metadata
+
+    @staticmethod
+    def _fused_kv_lens(
+        prefix_lens: tuple[int, ...], query_lens: tuple[int, ...], composite: bool
+    ) -> list[int]:
+        """``actual_seq_lengths_kv``: the prefix (composite) or prefix plus new tokens."""
+        return list(prefix_lens) if composite else glue.kv_lengths(prefix_lens, query_lens)
 
     def _compressed_causal_mask(self, device: torch.device) -> torch.Tensor:
         if self._causal_mask is None or self._causal_mask.device != device:
@@ -184,14 +204,62 @@ class NpuAttentionBackend(AttentionBackend):
         metadata.token_scatter = token_scatter.to(device)
         metadata.query_gather = query_gather.to(device)
 
-    def graph_update_payload(
-        self, metadata: NpuAttentionMetadata, padded_batch_size: int | None = None
-    ) -> list[dict[str, list[int]]]:
-        """``cpu_update_input`` for replaying a captured forward planned as ``metadata``:
-        its fused calls' KV lengths, once per layer (one fused call per layer)."""
-        return glue.graph_update_payload(
-            metadata.fused_kv_lens, self.config.num_layers, padded_batch_size
+    # -- graph hooks ---------------------------------------------------------------------
+
+    def plan_for_capture(self, batch: ForwardBatch) -> NpuAttentionMetadata:
+        """``plan`` at the width of a full ``req_to_token`` row, every tensor the graph
+        reads in a buffer of its own (the shared causal mask is constant)."""
+        metadata = self._plan(batch, self.config.req_to_token.shape[1])
+        for name in self._replayed_tensors(metadata):
+            tensor = getattr(metadata, name)
+            if tensor is not None:
+                setattr(metadata, name, tensor.clone(memory_format=torch.contiguous_format))
+        return metadata
+
+    def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
+        """Re-plan ``batch`` at the captured width and copy into ``metadata``'s tensors.
+        Raises ``ValueError`` for a batch of another shape than the capture's."""
+        if not isinstance(metadata, NpuAttentionMetadata):
+            raise TypeError(f"metadata from another backend: {type(metadata).__name__}")
+        fresh = self._plan(batch, self.config.req_to_token.shape[1])
+        captured = (metadata.query_lens, metadata.composite, metadata.sparse_mode)
+        replayed = (fresh.query_lens, fresh.composite, fresh.sparse_mode)
+        if replayed != captured:
+            raise ValueError(
+                f"replay batch (query lengths, composite, sparse mode) {replayed} differs "
+                f"from the captured {captured}"
+            )
+        for name in self._replayed_tensors(metadata):
+            target, value = getattr(metadata, name), getattr(fresh, name)
+            if target is None and value is None:
+                continue
+            if target is None or value is None or target.shape != value.shape:
+                raise ValueError(f"replay batch's {name} does not fit the captured one")
+            target.copy_(value)
+
+    def replay_host_updates(
+        self, batch: ForwardBatch, metadata: AttentionMetadata
+    ) -> dict[str, Any] | None:
+        """``{HOST_UPDATE_KEY: cpu_update_input}`` for ``NPUGraph.update``: ``batch``'s
+        fused-call lengths, once per layer the captured forward ran."""
+        if not isinstance(metadata, NpuAttentionMetadata):
+            raise TypeError(f"metadata from another backend: {type(metadata).__name__}")
+        if not metadata.layers_run:
+            raise ValueError("replay_host_updates before any captured forward ran")
+        kv_lens = self._fused_kv_lens(
+            batch.prefix_lens_cpu, metadata.query_lens, metadata.composite
         )
+        query_lens = list(metadata.query_lens) if metadata.max_queries > 1 else None
+        payload = glue.graph_update_payload(
+            kv_lens, len(metadata.layers_run), query_lens=query_lens
+        )
+        return {HOST_UPDATE_KEY: payload}
+
+    @staticmethod
+    def _replayed_tensors(metadata: NpuAttentionMetadata) -> tuple[str, ...]:
+        if metadata.sparse_mode == _CAUSAL:  # atten_mask: the backend's constant causal mask
+            return _REPLAYED_TENSORS
+        return (*_REPLAYED_TENSORS, "atten_mask")
 
     # -- per layer -----------------------------------------------------------------------
 
@@ -225,6 +293,7 @@ class NpuAttentionBackend(AttentionBackend):
         queries = rows.to(k_buffer.dtype).reshape(batch_size, max_queries, *q.shape[1:])
         # queries: [B, S, H, D] (BSND)
         out, lse = self._fused(queries.contiguous(), k_flat, v_flat, metadata)
+        metadata.layers_run.add(layer)
         if metadata.composite:
             out = self._merge_own_keys(layer, queries, out, lse, k, v, batch, metadata)
         out = out.reshape(batch_size * max_queries, *q.shape[1:])

@@ -130,10 +130,14 @@ def tree_verify_mask(
 
 
 def graph_update_payload(
-    kv_lens: list[int], num_attention_calls: int, padded_batch_size: int | None = None
+    kv_lens: list[int],
+    num_attention_calls: int,
+    padded_batch_size: int | None = None,
+    query_lens: list[int] | None = None,
 ) -> list[dict[str, list[int]]]:
     """``cpu_update_input`` for ``NPUGraph.update``: one ``{"actual_seq_lengths_kv": ...}``
-    per captured fused-attention call (one per layer for a model forward), in capture order.
+    per captured fused-attention call (one per layer for a model forward), in capture order,
+    with ``"actual_seq_lengths"`` too when ``query_lens`` is given (multi-token queries).
 
     A graph captured for ``padded_batch_size`` rows gets the real lengths followed by 1 for
     each padding row: a padding row then reads one slot of block 0 (the engine's padding
@@ -142,8 +146,18 @@ def graph_update_payload(
     if num_attention_calls < 1:
         raise ValueError("a captured forward has at least one attention call")
     lengths = list(kv_lens)
+    queries = None if query_lens is None else list(query_lens)
+    if queries is not None and len(queries) != len(lengths):
+        raise ValueError(f"{len(queries)} query lengths for {len(lengths)} KV lengths")
     if padded_batch_size is not None:
         if padded_batch_size < len(lengths):
             raise ValueError(f"padded batch {padded_batch_size} < real batch {len(lengths)}")
-        lengths += [1] * (padded_batch_size - len(lengths))
-    return [{"actual_seq_lengths_kv": list(lengths)} for _ in range(num_attention_calls)]
+        padding = padded_batch_size - len(lengths)
+        lengths += [1] * padding
+        if queries is not None:
+            queries += [1] * padding
+    entry = {"actual_seq_lengths_kv": lengths}
+    if queries is not None:
+        entry["actual_seq_lengths"] = queries
+    return [{name: list(values) for name, values in entry.items()}
+            for _ in range(num_attention_calls)]

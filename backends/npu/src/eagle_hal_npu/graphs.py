@@ -3,8 +3,8 @@
 A captured fused-attention call keeps the host-side ``actual_seq_lengths_kv`` it was
 captured with. ``torch.npu.graph(..., auto_dispatch_capture=True)`` records such calls so
 that ``NPUGraph.update(cpu_update_input=[...])`` can refresh them before a replay; the core's
-``DeviceGraph.replay(host_updates)`` carries that list under ``HOST_UPDATE_KEY``.
-``NpuAttentionBackend.graph_update_payload`` builds it.
+``DeviceGraph.replay(host_updates)`` carries that list under ``HOST_UPDATE_KEY``;
+``NpuAttentionBackend.replay_host_updates`` builds it and the core's graph runner passes it.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ DEVICE_TYPE = "npu"
 VISIBLE_DEVICES_ENV = "ASCEND_RT_VISIBLE_DEVICES"
 
 CAPABILITIES = Capabilities(
-    # NPUGraph capture with host-side length updates exists (eagle_hal_npu.graphs), but the
-    # attention backend has no graph-replay hooks yet: forwards run eagerly until it does.
-    graph_capture=False,
+    # NPUGraph capture; replays refresh the fused attention's host lengths through
+    # NPUGraph.update (NpuAttentionBackend.replay_host_updates). Off the NPU: False.
+    graph_capture=True,
     dtypes=("bfloat16", "float16"),  # what npu_fused_infer_attention_score computes in
     tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),
     page_sizes=(128,),  # the fused operator's block size for multi-token queries

@@ -15,7 +15,8 @@ Replay (the order ``eagle_hal.hal.attention`` states for the graph hooks): the r
 batch's tensors are copied into the front of the static buffers; padded
 requests get table row 0, prefix length 0, position 0, token 0 and write their K/V to the
 padding page's first slot (never allocated), so they read and disturb nothing real. The
-attention backend's ``plan_for_replay`` hook refreshes its metadata, the graph replays,
+attention backend's ``plan_for_replay`` hook refreshes its metadata, the graph replays
+with the host updates ``replay_host_updates`` gives (``None`` for most backends),
 and the outputs are sliced to the real tokens and copied out (the static outputs are
 overwritten by the next replay). Anything else (prefill, ragged extends, batches larger
 than the largest bucket) returns ``None`` and the caller runs eagerly.
@@ -243,7 +244,7 @@ class GraphRunner:
         )
         assert static.attn_metadata is not None
         attn.plan_for_replay(view, static.attn_metadata)
-        entry.graph.replay()
+        entry.graph.replay(attn.replay_host_updates(view, static.attn_metadata))
         self.replays += 1
         return tuple(out[:tokens].clone() for out in entry.outputs)
 

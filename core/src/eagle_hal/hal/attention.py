@@ -26,7 +26,11 @@ one. Before each replay the caller writes the replayed batch into the static bat
 tensors in place (same shape: mode, requests, tokens per request, branches, draft depth;
 any prefix lengths, rows, slots and mask contents) and writes ``req_to_token``, then calls
 ``plan_for_replay`` with the static batch carrying the replayed batch's host lengths.
-Anything the captured forward read on the host is fixed at capture.
+Anything the captured forward read on the host is fixed at capture, except what the
+device's graph API refreshes itself: ``replay_host_updates`` (same arguments, right after
+``plan_for_replay``) returns those values, and the caller passes them to
+``DeviceGraph.replay(host_updates)`` (NPU graphs take the fused attention's host sequence
+lengths this way; backends whose kernels read device buffers only return ``None``).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -189,3 +193,12 @@ class AttentionBackend(abc.ABC):
         replay, nor is any host value changed after capture. Raises ``ValueError`` for a
         batch of another shape than the capture's."""
         raise NotImplementedError(f"{type(self).__name__} does not support graph replay")
+
+    def replay_host_updates(
+        self, batch: ForwardBatch, metadata: AttentionMetadata
+    ) -> dict[str, Any] | None:
+        """Host-side values the captured forward needs refreshed for this replay, to be
+        passed as ``DeviceGraph.replay(host_updates)``; called after ``plan_for_replay``
+        with the same arguments. The default, ``None``, suits backends whose captured
+        kernels read everything from device buffers."""
+        return None

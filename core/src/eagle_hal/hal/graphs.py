@@ -5,6 +5,9 @@ Values the captured code read on the host (Python ints, tuples, which tensor an 
 pointed to) are fixed at capture. So before each replay the caller refreshes every tensor
 the graph reads *in place* (``copy_``), and the attention backend's ``plan_for_replay``
 does the same for its metadata; rebinding an attribute to a new tensor is never seen.
+Host values a device's graph API can refresh itself (NPU graphs: the fused attention's
+sequence lengths) come from ``AttentionBackend.replay_host_updates`` and reach the graph
+through ``DeviceGraph.replay(host_updates)``.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ class DeviceGraph(abc.ABC):
     def replay(self, host_updates: dict[str, Any] | None = None) -> None:
         """Replay the captured work. ``host_updates`` carries host-side values that the
         device's graph API needs refreshed on replay (NPU graphs take sequence lengths this
-        way); backends whose graphs read everything from device buffers ignore it."""
+        way); the core passes what the attention backend's ``replay_host_updates`` returned
+        for the replayed batch. Backends whose graphs read everything from device buffers
+        get ``None`` and ignore it."""
 
 
 class GraphCapture(abc.ABC):

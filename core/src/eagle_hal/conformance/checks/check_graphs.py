@@ -9,9 +9,10 @@ It drives them as ``engine.graph_runner.GraphRunner`` does (the contract is in
 recorded with ``record(graph, ...)``. Then for two other batches of the same shape (other
 rows, slots, K/V, and prefixes longer than at capture) the request table, the KV store and
 every tensor of the static batch are overwritten in place, ``plan_for_replay`` gets the
-static batch with the new batch's host lengths, and the graph replays. The static output
-must equal an eager ``plan`` + ``forward`` of the new batch on a twin KV store (the
-attention area's tolerances). A replay that reads stale buffers or capture-time host
+static batch with the new batch's host lengths, and the graph replays with the host
+updates ``replay_host_updates`` returns for that batch (NPU graphs: sequence lengths). The
+static output must equal an eager ``plan`` + ``forward`` of the new batch on a twin KV
+store (the attention area's tolerances). A replay that reads stale buffers or capture-time host
 values fails here.
 
 ``test_bucketed_forwards_equal_eager`` runs the core's own ``GraphRunner`` over a tiny random
@@ -103,8 +104,9 @@ def test_replay_equals_eager(backend: Backend, tolerance: Any, mode: ForwardMode
         q.copy_(new_q)
         k.copy_(new_k)
         v.copy_(new_v)
-        attention.plan_for_replay(_refresh(static, batch), metadata)
-        graph.replay()
+        view = _refresh(static, batch)
+        attention.plan_for_replay(view, metadata)
+        graph.replay(attention.replay_host_updates(view, metadata))
         backend.synchronize()
         eager_attention = twin.attention()
         batch.attn_metadata = eager_attention.plan(batch)
