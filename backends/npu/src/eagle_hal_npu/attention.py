@@ -273,12 +273,7 @@ class NpuAttentionBackend(AttentionBackend):
     ) -> torch.Tensor:
         """Write ``k``/``v`` ``[T, H_kv, D]`` at ``out_cache_loc``, attend with ``q``
         ``[T, H, D]`` as ``batch.mode`` prescribes; returns ``[T, H, D]`` in ``q.dtype``."""
-        metadata = batch.attn_metadata
-        if not isinstance(metadata, NpuAttentionMetadata):
-            raise TypeError(
-                f"batch.attn_metadata must come from {type(self).__name__}.plan(), got "
-                f"{type(metadata).__name__}"
-            )
+        metadata = self.planned_metadata(batch, NpuAttentionMetadata)
         store = self.config.kv_store
         k_buffer, v_buffer = store.k_buffer(layer), store.v_buffer(layer)
         k_blocks, k_flat = glue.paged_cache_view(k_buffer, self.block_size)

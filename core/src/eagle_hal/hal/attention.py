@@ -38,7 +38,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -142,6 +142,9 @@ class ForwardBatch:
         return int(self.input_ids.shape[0])
 
 
+_Metadata = TypeVar("_Metadata", bound="AttentionMetadata")
+
+
 class AttentionBackend(abc.ABC):
     """Attention for one model over its KV store, in every forward mode.
 
@@ -152,6 +155,17 @@ class AttentionBackend(abc.ABC):
 
     def __init__(self, config: AttentionConfig) -> None:
         self.config = config
+
+    def planned_metadata(self, batch: ForwardBatch, kind: type[_Metadata]) -> _Metadata:
+        """``batch.attn_metadata``, which must be a ``kind`` made by this backend's ``plan``
+        (raises ``TypeError`` naming what it got)."""
+        metadata = batch.attn_metadata
+        if not isinstance(metadata, kind):
+            raise TypeError(
+                f"batch.attn_metadata must come from {type(self).__name__}.plan(), got "
+                f"{type(metadata).__name__}"
+            )
+        return metadata
 
     @abc.abstractmethod
     def plan(self, batch: ForwardBatch) -> AttentionMetadata:

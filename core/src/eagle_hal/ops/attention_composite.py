@@ -215,11 +215,9 @@ class CompositeTreeAttentionBackend(AttentionBackend):
         batch: ForwardBatch,
     ) -> torch.Tensor:
         """As ``AttentionBackend.forward``; TARGET_VERIFY via the composite, in float32."""
-        metadata = batch.attn_metadata
         if batch.mode is not ForwardMode.TARGET_VERIFY:
             return self.inner.forward(layer, q, k, v, batch)
-        if not isinstance(metadata, CompositeVerifyMetadata):
-            raise TypeError("batch.attn_metadata must come from this backend's plan()")
+        metadata = self.planned_metadata(batch, CompositeVerifyMetadata)
         store = self.config.kv_store
         store.write_kv(layer, batch.out_cache_loc, k, v)
         batch_size, n = batch.batch_size, metadata.num_draft_tokens

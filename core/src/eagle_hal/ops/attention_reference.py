@@ -330,12 +330,7 @@ class TorchAttentionBackend(AttentionBackend):
     ) -> torch.Tensor:
         """Write ``k``/``v`` ``[T, H_kv, D]`` at ``out_cache_loc``, attend with ``q``
         ``[T, H, D]`` as ``batch.mode`` prescribes; returns ``[T, H, D]`` in ``q.dtype``."""
-        metadata = batch.attn_metadata
-        if not isinstance(metadata, TorchAttentionMetadata):
-            raise TypeError(
-                f"batch.attn_metadata must come from {type(self).__name__}.plan(), got "
-                f"{type(metadata).__name__}"
-            )
+        metadata = self.planned_metadata(batch, TorchAttentionMetadata)
         store = self.config.kv_store
         store.write_kv(layer, batch.out_cache_loc, k, v)
         if q.shape[0] == 0:
