@@ -3,45 +3,16 @@ backend's device-neutral paths on the CPU."""
 
 from __future__ import annotations
 
-import contextlib
-from types import SimpleNamespace
-
 import pytest
 from eagle_hal.device import parse_device
+from eagle_hal.testing.graphs import recording_graph_module
 from eagle_hal_musa.backend import MusaBackend
 from eagle_hal_musa.graphs import MusaGraphCapture
 from eagle_hal_musa.plugin import DESCRIPTOR
 
 
 def recording_musa():
-    log = []
-
-    class Stream:
-        def __init__(self, name):
-            self.name = name
-
-        def wait_stream(self, other):
-            log.append(("wait", self.name, other.name))
-
-    current = Stream("current")
-
-    class MUSAGraph:
-        def replay(self):
-            log.append(("replay", self))
-
-    @contextlib.contextmanager
-    def graph(g, pool=None):
-        log.append(("capture", g, pool))
-        yield
-
-    @contextlib.contextmanager
-    def stream(s):
-        log.append(("stream", s.name))
-        yield
-
-    return SimpleNamespace(log=log, MUSAGraph=MUSAGraph, graph=graph, stream=stream,
-                           graph_pool_handle=lambda: "pool", Stream=lambda: Stream("side"),
-                           current_stream=lambda: current)
+    return recording_graph_module("MUSAGraph")
 
 
 def test_capture_and_replay():

@@ -2,43 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-from types import SimpleNamespace
-
 import pytest
+from eagle_hal.testing.graphs import recording_graph_module
 from eagle_hal_rocm.graphs import HipGraphCapture
 
 
-class RecordingStream:
-    def __init__(self, log, name):
-        self.log, self.name = log, name
-
-    def wait_stream(self, other):
-        self.log.append(("wait", self.name, other.name))
-
-
 def recording_module():
-    log = []
-    current = RecordingStream(log, "current")
-
-    class Graph:
-        def replay(self):
-            log.append(("replay", self))
-
-    @contextlib.contextmanager
-    def graph(g, pool=None):
-        log.append(("capture", g, pool))
-        yield
-
-    @contextlib.contextmanager
-    def stream(s):
-        log.append(("stream", s.name))
-        yield
-
-    return SimpleNamespace(
-        log=log, CUDAGraph=Graph, graph=graph, stream=stream, graph_pool_handle=lambda: "pool",
-        Stream=lambda: RecordingStream(log, "side"), current_stream=lambda: current,
-    )
+    return recording_graph_module("CUDAGraph")
 
 
 def test_capture_warmup_and_replay():

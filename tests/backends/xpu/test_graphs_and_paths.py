@@ -3,47 +3,16 @@ backend's device-neutral paths on the CPU."""
 
 from __future__ import annotations
 
-import contextlib
-from types import SimpleNamespace
-
 import pytest
 from eagle_hal.device import parse_device
+from eagle_hal.testing.graphs import recording_graph_module
 from eagle_hal_xpu.backend import XpuBackend
 from eagle_hal_xpu.graphs import XpuGraphCapture, xpu_graphs_available
 from eagle_hal_xpu.plugin import DESCRIPTOR
 
 
 def recording_xpu(with_graphs: bool = True):
-    log = []
-
-    class Stream:
-        def __init__(self, name):
-            self.name = name
-
-        def wait_stream(self, other):
-            log.append(("wait", self.name, other.name))
-
-    current = Stream("current")
-
-    class XPUGraph:
-        def replay(self):
-            log.append(("replay", self))
-
-    @contextlib.contextmanager
-    def graph(g, pool=None):
-        log.append(("capture", g, pool))
-        yield
-
-    @contextlib.contextmanager
-    def stream(s):
-        log.append(("stream", s.name))
-        yield
-
-    module = SimpleNamespace(log=log, stream=stream, Stream=lambda: Stream("side"),
-                             current_stream=lambda: current)
-    if with_graphs:
-        module.XPUGraph, module.graph, module.graph_pool_handle = XPUGraph, graph, lambda: "pool"
-    return module
+    return recording_graph_module("XPUGraph", with_graphs)
 
 
 def test_graph_api_detection_and_capture():

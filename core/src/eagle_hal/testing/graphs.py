@@ -31,7 +31,7 @@ import torch
 from eagle_hal.hal.attention import AttentionBackend
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
 
-__all__ = ["EmulatedGraph", "EmulatedGraphCapture", "snapshot"]
+__all__ = ["EmulatedGraph", "EmulatedGraphCapture", "recording_graph_module", "snapshot"]
 
 _T = TypeVar("_T")
 
@@ -154,3 +154,41 @@ class EmulatedGraphCapture(GraphCapture):
     @contextlib.contextmanager
     def warmup(self) -> Iterator[None]:
         yield
+
+
+def recording_graph_module(graph_class: str, with_graphs: bool = True) -> types.SimpleNamespace:
+    """A stand-in for a device module with the CUDA-graph API shape (``ModuleGraphCapture``'s
+    contract) that records what is called in ``.log``: ``("wait", waiter, waited)``,
+    ``("stream", name)``, ``("capture", graph, pool)``, ``("replay", graph)``. Streams are
+    named "current" and "side"; the pool is the string "pool". ``with_graphs=False`` leaves
+    out the graph API (graph class, ``graph``, ``graph_pool_handle``)."""
+    log: list[tuple[Any, ...]] = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def wait_stream(self, other: Stream) -> None:
+            log.append(("wait", self.name, other.name))
+
+    class Graph:
+        def replay(self) -> None:
+            log.append(("replay", self))
+
+    @contextlib.contextmanager
+    def graph(g: Graph, pool: Any = None) -> Iterator[None]:
+        log.append(("capture", g, pool))
+        yield
+
+    @contextlib.contextmanager
+    def stream(s: Stream) -> Iterator[None]:
+        log.append(("stream", s.name))
+        yield
+
+    current = Stream("current")
+    module = types.SimpleNamespace(log=log, stream=stream, Stream=lambda: Stream("side"),
+                                   current_stream=lambda: current)
+    if with_graphs:
+        setattr(module, graph_class, Graph)
+        module.graph, module.graph_pool_handle = graph, lambda: "pool"
+    return module
