@@ -105,13 +105,16 @@ class LLM:
         page_size: int = 1,
         seed: int | None = None,
         timed: bool = False,
+        min_admit: int = 1,
     ) -> LLM:
-        """An ``LLM`` over models already built (tests, the conformance suite, training)."""
+        """An ``LLM`` over models already built (tests, the conformance suite, training).
+        ``min_admit``: see ``SchedulerConfig.min_admit``."""
         llm = cls.__new__(cls)
         llm._setup(
             backend, target, draft, tokenizer, spec or SpecConfig(), target.dtype,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed, timed=timed,
+            min_admit=min_admit,
         )
         llm.model_path = None
         llm.draft_path = None
@@ -133,6 +136,7 @@ class LLM:
         page_size: int,
         seed: int | None,
         timed: bool = False,
+        min_admit: int = 1,
     ) -> None:
         self.backend = backend
         self.target = target
@@ -149,7 +153,9 @@ class LLM:
         self.runner = ModelRunner(backend, target, draft, cache, dtype)
         self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed)
         self.scheduler = Scheduler(
-            SchedulerConfig(max_batch_size=max_batch_size, max_context=max_context),
+            SchedulerConfig(
+                max_batch_size=max_batch_size, max_context=max_context, min_admit=min_admit
+            ),
             self.runner.table,
         )
         eos = tuple(getattr(tokenizer, "eos_token_ids", ()) or ()) or tuple(

@@ -28,10 +28,19 @@ class SchedulerConfig:
     max_batch_size: int = 16
     max_prefill_tokens: int = 4096  # token budget of one prefill batch
     max_context: int = 2048
+    # While requests decode, admit waiting ones only once this many (or every waiting one,
+    # when fewer wait) fit at once: each prefill step pauses decoding, so throughput-bound
+    # batch work (self-distillation) prefers few large prefills. 1 = admit at once.
+    min_admit: int = 1
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1 or self.max_prefill_tokens < 1 or self.max_context < 2:
             raise ValueError("max_batch_size, max_prefill_tokens >= 1 and max_context >= 2")
+        if not 1 <= self.min_admit <= self.max_batch_size:
+            raise ValueError(
+                f"min_admit must lie in 1..max_batch_size ({self.max_batch_size}), "
+                f"got {self.min_admit}"
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -83,6 +92,9 @@ class Scheduler:
 
     def _admit(self, headroom: int) -> list[Request]:
         admitted: list[Request] = []
+        free = self.config.max_batch_size - len(self.running)
+        if self.running and free < min(self.config.min_admit, len(self.waiting)):
+            return admitted  # let slots accumulate; decoding goes on
         budget = self.config.max_prefill_tokens
         committed = 0  # pages the requests admitted in this call will take
         while self.waiting and len(self.running) < self.config.max_batch_size:
