@@ -35,8 +35,17 @@ def test_shortened_run_ends_at_the_floor():
         ("warmup_fraction", 1.0),
         ("feature_noise", -1.0),
         ("cross_entropy_weight", -0.1),
+        ("unroll_steps", 0),
+        ("unroll_decay", 0.0),
     ],
 )
 def test_rejects_bad_settings(field, value):
     with pytest.raises(ValueError):
         TrainConfig(**{field: value})
+
+
+def test_unroll_step_weights():
+    """One weight per unroll step, decaying geometrically; one step by default."""
+    assert TrainConfig().step_weights == (1.0,)
+    assert TrainConfig(unroll_steps=3).step_weights == (1.0, 1.0, 1.0)
+    assert TrainConfig(unroll_steps=3, unroll_decay=0.5).step_weights == (1.0, 0.5, 0.25)

@@ -37,74 +37,51 @@ def _greedy(target, prompt, max_new_tokens):
     return ids[len(prompt) :]
 
 
-def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):
-    """Data set, training, checkpoint, recipe, lossless generation with the trained head."""
-    target, _ = tiny_chat
-    out = tmp_path / "head"
-    common = [
+DATA_ARGS = [
+    "--num-prompts",
+    "16",
+    "--max-prompt-tokens",
+    "12",
+    "--max-new-tokens",
+    "24",
+    "--gen-batch-size",
+    "16",
+    "--validation-fraction",
+    "0.25",
+]
+TRAIN_ARGS = [
+    "--steps",
+    "60",
+    "--batch-size",
+    "8",
+    "--lr",
+    "3e-3",
+    "--validate-every",
+    "30",
+    "--validation-prompts",
+    "3",
+    "--validation-new-tokens",
+    "16",
+]
+
+
+def _common(model, out):
+    return [
         "--device",
         "cpu",
         "--model",
-        str(tiny_chat_model),
+        str(model),
         "--out",
         str(out),
         "--seed",
         "3",
         "--no-progress",
     ]
-    data_args = [
-        "--num-prompts",
-        "16",
-        "--max-prompt-tokens",
-        "12",
-        "--max-new-tokens",
-        "24",
-        "--gen-batch-size",
-        "16",
-        "--validation-fraction",
-        "0.25",
-    ]
-    assert main(["train-draft", "--stage", "data", *common, *data_args]) == 0
 
-    dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
-    assert dataset.num_sequences >= 12
-    assert 1 <= len(dataset.validation_indices()) < dataset.num_sequences
-    greedy = [
-        i for i in range(dataset.num_sequences) if float(dataset.answer_temperatures[i]) == 0.0
-    ]
-    assert greedy
-    for index in greedy[:4]:
-        answer = dataset.sequence(index)[int(dataset.answer_starts[index]) :]
-        assert answer == _greedy(target, dataset.prompt(index), 24)[: len(answer)]
-        assert len(answer) == 24 or answer[-1] == EOS
 
-    train_args = [
-        "--steps",
-        "60",
-        "--batch-size",
-        "8",
-        "--lr",
-        "3e-3",
-        "--validate-every",
-        "30",
-        "--validation-prompts",
-        "3",
-        "--validation-new-tokens",
-        "16",
-    ]
-    assert main(["train-draft", "--stage", "train", *common, *train_args]) == 0
-
-    recipe = read_recipe(out)
-    assert recipe is not None
-    assert recipe["steps"] == 60 and recipe["data_sequences"] == dataset.num_sequences
-    assert recipe["data_tokens"] == dataset.num_tokens and recipe["data_seed"] == 3
-    assert len(recipe["target_sha256"]) == 64 and "--steps 60" in recipe["command"]
-    assert [v["step"] for v in recipe["validations"]] == [30, 60]
-    assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
-    config = json.loads((out / "config.json").read_text())
-    assert config["num_hidden_layers"] == 1 and RECIPE_KEY in config
-
+def _assert_lossless(cpu_backend, target, dataset, out):
+    """The saved head loads, and speculative greedy decoding with it (chain and tree)
+    equals plain greedy decoding."""
     head = load_eagle_head(out, target, dtype=torch.float32)
     assert isinstance(head, Eagle1DraftModel)
     prompts = [dataset.prompt(int(i)) for i in dataset.validation_indices()]
@@ -118,3 +95,56 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
     ):
         outputs = LLM.from_models(cpu_backend, target, head, spec=spec).generate(prompts, params)
         assert [o.token_ids for o in outputs] == [p.token_ids for p in plain]
+
+
+def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):
+    """Data set, training, checkpoint, recipe, lossless generation with the trained head."""
+    target, _ = tiny_chat
+    out = tmp_path / "head"
+    common = _common(tiny_chat_model, out)
+    assert main(["train-draft", "--stage", "data", *common, *DATA_ARGS]) == 0
+
+    dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
+    assert dataset.num_sequences >= 12
+    assert 1 <= len(dataset.validation_indices()) < dataset.num_sequences
+    greedy = [
+        i for i in range(dataset.num_sequences) if float(dataset.answer_temperatures[i]) == 0.0
+    ]
+    assert greedy
+    for index in greedy[:4]:
+        answer = dataset.sequence(index)[int(dataset.answer_starts[index]) :]
+        assert answer == _greedy(target, dataset.prompt(index), 24)[: len(answer)]
+        assert len(answer) == 24 or answer[-1] == EOS
+
+    assert main(["train-draft", "--stage", "train", *common, *TRAIN_ARGS]) == 0
+
+    recipe = read_recipe(out)
+    assert recipe is not None
+    assert recipe["steps"] == 60 and recipe["data_sequences"] == dataset.num_sequences
+    assert recipe["data_tokens"] == dataset.num_tokens and recipe["data_seed"] == 3
+    assert len(recipe["target_sha256"]) == 64 and "--steps 60" in recipe["command"]
+    assert [v["step"] for v in recipe["validations"]] == [30, 60]
+    assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
+    assert recipe["train"]["unroll_steps"] == 1
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1 and RECIPE_KEY in config
+    _assert_lossless(cpu_backend, target, dataset, out)
+
+
+def test_train_draft_unrolled(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):
+    """``--unroll-steps 2`` in one command: the loss falls, the recipe records the unroll,
+    the head generates losslessly."""
+    target, _ = tiny_chat
+    out = tmp_path / "head"
+    unroll = ["--unroll-steps", "2", "--unroll-decay", "0.8"]
+    common = _common(tiny_chat_model, out)
+    assert main(["train-draft", *common, *DATA_ARGS, *TRAIN_ARGS, *unroll]) == 0
+
+    recipe = read_recipe(out)
+    assert recipe is not None and recipe["steps"] == 60
+    assert recipe["train"]["unroll_steps"] == 2 and recipe["train"]["unroll_decay"] == 0.8
+    assert "--unroll-steps 2" in recipe["command"]
+    assert recipe["train_loss_last"] < 0.9 * recipe["train_loss_first"]
+    dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
+    _assert_lossless(cpu_backend, target, dataset, out)

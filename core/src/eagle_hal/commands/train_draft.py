@@ -5,7 +5,8 @@ Two stages, each resumable on its own (one device command may be time-limited):
 * ``--stage data``: the target writes user prompts and answers them (Magpie-style
   self-distillation, ``eagle_hal.train.selfdistill``); the token sequences go to ``--data``
   (safetensors; default ``OUT.data.safetensors``, beside the head directory).
-* ``--stage train``: features from the target, then the EAGLE-1 loss; the head is saved to
+* ``--stage train``: features from the target, then the EAGLE-1 loss (``--unroll-steps N``:
+  unrolled over N draft steps, as a chain drafts at inference); the head is saved to
   ``--out`` at every validation and at the end (published EAGLE-1 layout, bf16, with the
   recipe in ``config.json``).
 
@@ -73,6 +74,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--feature-noise", type=float, default=0.1, help="uniform half-width, x feature RMS"
     )
     train.add_argument("--cross-entropy-weight", type=float, default=0.1)
+    train.add_argument(
+        "--unroll-steps",
+        type=int,
+        default=1,
+        help="draft steps trained per position, later ones reading the head's own output "
+        "as a chain does at inference (1: the one-step EAGLE-1 loss)",
+    )
+    train.add_argument(
+        "--unroll-decay",
+        type=float,
+        default=1.0,
+        help="loss weight of unroll step s: DECAY ** (s - 1)",
+    )
     train.add_argument("--validate-every", type=int, default=500)
     train.add_argument("--validation-prompts", type=int, default=16)
     train.add_argument("--validation-new-tokens", type=int, default=128)
@@ -216,6 +230,8 @@ def _train(
         warmup_fraction=args.warmup_fraction,
         feature_noise=args.feature_noise,
         cross_entropy_weight=args.cross_entropy_weight,
+        unroll_steps=args.unroll_steps,
+        unroll_decay=args.unroll_decay,
         seed=args.seed,
         validate_every=args.validate_every,
         validation_prompts=args.validation_prompts,
@@ -236,9 +252,12 @@ def _train(
         )
         save_trained_head(state.head, target, args.out, recipe)
 
+    unroll = config.unroll_steps
+    unrolled = f", unrolled over {unroll} draft steps" if unroll > 1 else ""
     _say(
         f"training on {len(dataset.train_indices())} sequences, validating on "
         f"{len(dataset.validation_indices())}; {config.steps} steps of {config.batch_size}"
+        f"{unrolled}"
     )
     result = train_eagle1(
         backend, target, dataset, config, on_validation=checkpoint, progress=progress

@@ -4,7 +4,8 @@
 runs the target over them once; ``trainer`` fits an EAGLE-1 head with ``loss`` under a
 ``TrainConfig``; ``evaluate`` measures it with the real engine; ``checkpoint`` writes it in
 the published EAGLE-1 layout with its recipe. ``dense`` is the attention they share: the
-models' own forward over whole padded sequences, no KV cache.
+models' own forward over whole padded sequences, no KV cache; ``unrolled`` runs the head
+over its own predictions, as a draft chain does at depth 2 and beyond.
 """
 
 from eagle_hal.train.checkpoint import TrainingRecipe, read_recipe, save_trained_head

@@ -15,8 +15,12 @@ class TrainConfig:
     Loss: ``regression_weight * smooth_l1(predicted next feature, target's next feature) +
     cross_entropy_weight * soft_cross_entropy(lm_head(predicted), target's distribution)``.
     Input features get uniform noise of half-width ``feature_noise`` times the training
-    features' RMS. AdamW; the learning rate warms up linearly over ``warmup_fraction`` of
-    the steps, then follows a cosine down to ``min_lr_ratio * lr``.
+    features' RMS. ``unroll_steps > 1`` trains the later steps of a draft chain too
+    (``train.unrolled``): step ``s`` reads the head's own step ``s - 1`` output, as inference
+    does at depth ``s``, and its loss is added with weight ``unroll_decay ** (s - 1)``
+    (``step_weights``); 1 is the one-step EAGLE-1 loss. AdamW; the learning rate warms up
+    linearly over ``warmup_fraction`` of the steps, then follows a cosine down to
+    ``min_lr_ratio * lr``.
     """
 
     steps: int = 3000
@@ -30,6 +34,8 @@ class TrainConfig:
     regression_weight: float = 1.0
     cross_entropy_weight: float = 0.1
     feature_noise: float = 0.1
+    unroll_steps: int = 1  # draft steps trained per position (1: EAGLE-1's one-step loss)
+    unroll_decay: float = 1.0  # step s's loss weight is unroll_decay ** (s - 1)
     seed: int = 0
     validate_every: int = 500  # steps; validation also runs after the last step
     validation_prompts: int = 16  # held-out prompts decoded by the engine
@@ -49,8 +55,17 @@ class TrainConfig:
             raise ValueError("loss weights must be >= 0")
         if self.feature_noise < 0:
             raise ValueError("feature_noise must be >= 0")
+        if self.unroll_steps < 1:
+            raise ValueError(f"unroll_steps must be >= 1, got {self.unroll_steps}")
+        if self.unroll_decay <= 0:
+            raise ValueError(f"unroll_decay must be > 0, got {self.unroll_decay}")
         if self.validate_every < 1 or self.validation_draft_steps < 1:
             raise ValueError("validate_every and validation_draft_steps must be >= 1")
+
+    @property
+    def step_weights(self) -> tuple[float, ...]:
+        """The loss weight of each unroll step, ``(1, d, d ** 2, ...)`` for decay ``d``."""
+        return tuple(self.unroll_decay**step for step in range(self.unroll_steps))
 
     def learning_rate(self, step: int, total_steps: int | None = None) -> float:
         """The learning rate of 0-based ``step`` in a run of ``total_steps`` (default

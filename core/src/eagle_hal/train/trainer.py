@@ -2,9 +2,10 @@
 shared and frozen.
 
 Per step: ``batch_size`` training sequences (epochs of a seeded shuffle), their stored
-target features (``FeatureStore``), the EAGLE-1 loss (``train.loss``) under bf16/fp16
-autocast when the target runs in a half type, AdamW with gradient clipping and the
-warm-up + cosine schedule of ``TrainConfig``. Validation (held-out loss, top-1 agreement,
+target features (``FeatureStore``), the EAGLE-1 loss unrolled ``unroll_steps`` draft steps
+(``train.loss``; one step is plain EAGLE-1) under bf16/fp16 autocast when the target runs
+in a half type, AdamW with gradient clipping and the warm-up + cosine schedule of
+``TrainConfig``. Validation (held-out loss, top-1 agreement,
 engine accept length) runs every ``validate_every`` steps and after the last; a callback
 receives the head then (to save a checkpoint).
 
@@ -29,7 +30,7 @@ from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DistillDataset
 from eagle_hal.train.evaluate import ValidationPoint, engine_accept_length, top1_accuracy
 from eagle_hal.train.features import FeatureStore
-from eagle_hal.train.loss import eagle1_loss
+from eagle_hal.train.loss import unrolled_eagle1_loss
 from eagle_hal.train.recipe import TrainConfig
 
 __all__ = ["Checkpoint", "TrainResult", "init_eagle1", "train_eagle1"]
@@ -165,11 +166,12 @@ def train_eagle1(
         cursor += config.batch_size
         rows = dataset.padded(chunk, device)
         with torch.autocast(device.type, dtype=target.dtype, enabled=autocast):
-            parts = eagle1_loss(
+            parts = unrolled_eagle1_loss(
                 head,
                 target,
                 rows,
                 features.rows(chunk, rows.tokens.shape[1]),
+                step_weights=config.step_weights,
                 noise_half_width=noise,
                 regression_weight=config.regression_weight,
                 cross_entropy_weight=config.cross_entropy_weight,
@@ -181,22 +183,26 @@ def train_eagle1(
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)
         optimizer.step()
-        # one host sync a step, for the progress bar
-        loss, cross_entropy, correct, count = torch.stack(
+        # one host sync a step, for the progress bar: the total, step 1's cross-entropy,
+        # then every unroll step's top-1 agreement counts
+        readback = torch.cat(
             [
-                parts.total.detach(),
-                parts.cross_entropy.detach(),
+                parts.total.detach().reshape(1),
+                parts.cross_entropy.detach()[:1],
                 parts.correct.float(),
                 parts.count.float(),
             ]
         ).tolist()
+        loss, cross_entropy, *tallies = readback
+        unroll = config.unroll_steps
+        top1 = [c / max(n, 1) for c, n in zip(tallies[:unroll], tallies[unroll:], strict=True)]
         losses.append(loss)
         step += 1
         bar.update(1)
         bar.set_postfix(
             loss=f"{loss:.4f}",
             ce=f"{cross_entropy:.3f}",
-            top1=f"{correct / max(count, 1):.3f}",
+            top1="/".join(f"{t:.3f}" for t in top1),
             refresh=False,
         )
         budget = config.time_budget_s
