@@ -245,4 +245,6 @@ def test_architecture_gate_and_probe_notes(emulated_aiter, monkeypatch):
     assert probe_note({}) == (
         "aiter paged decode off (installed; opt in with EAGLE_HAL_ROCM_AITER=1)")
     monkeypatch.delitem(sys.modules, "aiter")
-    assert "aiter is not installed" in probe_note(env)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    assert probe_note(env) == (
+        "EAGLE_HAL_ROCM_AITER=1 but aiter is not installed: decode on the shared path")
