@@ -127,6 +127,20 @@ def test_verify_draft_decode_and_captures_stay_on_sdpa(mate_emulation):
     assert op.calls == []
 
 
+def test_reads_kv_the_engine_moved(mate_emulation):
+    """After KVStorage.move_kv (the accepted-path compaction) mate reads the moved K/V."""
+    pair = Pair(mate_emulation.FlashAttnWithKVCacheEmulation(), [20, 50])
+    src = torch.cat([pair.req_to_token[r, p:p + 3] for r, p in zip(pair.rows, pair.prefix_lens)])
+    dst = torch.cat([pair.req_to_token[r, p - 3:p] for r, p in zip(pair.rows, pair.prefix_lens)])
+    gen = torch.Generator().manual_seed(42)
+    new_k, new_v = (torch.randn(6, KV_HEADS, HEAD_DIM, generator=gen).to(pair.dtype)
+                    for _ in range(2))
+    for store in (pair.mate.config.kv_store, pair.reference.config.kv_store):
+        store.write_kv(0, src, new_k, new_v)
+        store.move_kv(src, dst)
+    assert_agree(pair, pair.batch(ForwardMode.DECODE, [1, 1]))
+
+
 def test_a_transposed_cache_is_caught(mate_emulation, monkeypatch):
     """An adapter handing mate an HND-ordered page as NHD disagrees with the reference."""
     def transposed(buffer, page_size):

@@ -117,6 +117,19 @@ def test_other_modes_stay_on_the_fallback(aiter_emulation, mode, extend_lens):
     assert op.calls == []
 
 
+def test_decode_reads_kv_the_engine_moved(aiter_emulation):
+    """After KVStorage.move_kv (the accepted-path compaction) the op reads the moved K/V:
+    it reads the store itself, not a copy made at write time."""
+    pair = Pair(aiter_emulation.PagedAttentionV1Emulation(), [20, 50], reserve=8)
+    src = torch.cat([pair.req_to_token[r, p:p + 3] for r, p in zip(pair.rows, pair.prefix_lens)])
+    dst = torch.cat([pair.req_to_token[r, p - 3:p] for r, p in zip(pair.rows, pair.prefix_lens)])
+    new_k, new_v = pair.qkv(6, 42)[1:]
+    for store in (pair.aiter.config.kv_store, pair.reference.config.kv_store):
+        store.write_kv(0, src, new_k, new_v)
+        store.move_kv(src, dst)
+    assert_agree(pair, pair.batch(ForwardMode.DECODE, [1, 1]))
+
+
 def test_a_transposed_cache_is_caught(aiter_emulation, monkeypatch):
     """An adapter handing the op an HND-ordered cache as NHD disagrees with the reference
     (or is refused): the emulation reads aiter's layout, not ours."""
