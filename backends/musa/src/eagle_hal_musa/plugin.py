@@ -12,6 +12,8 @@ from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, Tre
 from eagle_hal.hookspecs import hookimpl
 from eagle_hal.probing import probe_torch_extension
 
+from eagle_hal_musa.mate_support import probe_note
+
 __all__ = ["CAPABILITIES", "DESCRIPTOR", "EXTENSION", "VISIBLE_DEVICES_ENV", "probe"]
 
 EXTENSION = "torch_musa"
@@ -28,21 +30,27 @@ CAPABILITIES = Capabilities(
     distributed_backend="mccl",
     visible_devices_env=VISIBLE_DEVICES_ENV,
     notes=(
-        "attention: torch SDPA over gathered slots (eagle_hal's reference attention); mate "
-        "not used; reference sampling ops; never run on Moore Threads hardware"
+        "attention: torch SDPA over gathered slots (eagle_hal's reference attention); mate's "
+        "paged flash attention for the causal modes only when opted in with "
+        "EAGLE_HAL_MUSA_MATE=1 (checked against an emulation only); reference sampling ops; "
+        "never run on Moore Threads hardware"
     ),
 )
 
 
 def probe() -> Availability:
-    """Probe torch_musa and the MUSA device list; never raises."""
-    return probe_torch_extension(
+    """Probe torch_musa and the MUSA device list (and, when available, say whether mate's
+    flash attention is on, without importing mate); never raises."""
+    result = probe_torch_extension(
         EXTENSION,
         device_type=DEVICE_TYPE,
         label="Moore Threads GPU",
         visible_devices_env=VISIBLE_DEVICES_ENV,
         install_hint="install the MUSA toolkit and the torch_musa wheel matching your torch",
     )
+    if not result.ok:
+        return result
+    return Availability.available(f"{result.reason}; {probe_note()}")
 
 
 DESCRIPTOR = BackendDescriptor(

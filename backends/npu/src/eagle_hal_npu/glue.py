@@ -22,6 +22,7 @@ What torch_npu's operators expect (from its API reference for
 from __future__ import annotations
 
 import torch
+from eagle_hal.ops.paging import page_table
 
 __all__ = [
     "CAUSAL_MASK_SIZE",
@@ -80,11 +81,7 @@ def block_table(
     ``ceil(kv_len / block_size)`` of them. No device-to-host read.
     """
     num_blocks = max(1, -(-max_kv_len // block_size))
-    first_positions = torch.arange(num_blocks, device=req_to_token.device) * block_size
-    first_positions = first_positions.clamp(max=req_to_token.shape[1] - 1)
-    rows = req_pool_indices.to(torch.int64)[:, None]
-    first_slots = req_to_token[rows, first_positions[None, :]].to(torch.int64)  # [B, blocks]
-    return to_npu_slots(first_slots // block_size)
+    return page_table(req_to_token, req_pool_indices, num_blocks, block_size)
 
 
 def kv_lengths(prefix_lens: tuple[int, ...], extend_lens: tuple[int, ...]) -> list[int]:

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import os
+import warnings
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
 from eagle_hal.device import DeviceSpec
 
+from eagle_hal_rocm.aiter_support import AITER_ENV, AiterChoice, resolve_aiter
 from eagle_hal_rocm.plugin import CAPABILITIES
 from eagle_hal_rocm.wavefront import TritonLaunchParams, device_wavefront_size, launch_params
 
@@ -27,7 +29,9 @@ _GPU_TYPE = "cuda"  # PyTorch's ROCm builds call the GPU device type "cuda"
 
 class RocmBackend(Backend):
     """AMD GPUs (torch device type "cuda" on ROCm builds): the shared Triton attention and
-    sampling kernels launched for the GPU's wavefront size, HIP graphs.
+    sampling kernels launched for the GPU's wavefront size, HIP graphs, and, opted in with
+    ``EAGLE_HAL_ROCM_AITER=1``, aiter's paged attention for decode
+    (``eagle_hal_rocm.attention_aiter``; the conditions are in ``aiter_support``).
 
     ``wavefront_size`` overrides what the device reports (tests; forcing CDNA launch
     parameters on another GPU). Bound to the CPU (tests), the Triton paths run only under
@@ -44,17 +48,21 @@ class RocmBackend(Backend):
         super().__init__(descriptor, device)
         self._wavefront_size = wavefront_size
         self._on_gpu = device.torch_device_string.split(":")[0] == _GPU_TYPE
+        self._aiter: AiterChoice | None = None
 
     @property
     def capabilities(self) -> Capabilities:
+        aiter = self.aiter_choice().reason
         if not self._uses_triton():
             return dataclasses.replace(
                 CAPABILITIES, graph_capture=False, triton=False, fused_sampling_ops=(),
-                notes="bound off the GPU without TRITON_INTERPRET=1: pure-torch paths",
+                notes="bound off the GPU without TRITON_INTERPRET=1: pure-torch paths; "
+                + aiter.replace("shared Triton kernel", "pure-torch reference"),
             )
+        notes = f"{CAPABILITIES.notes}; {aiter}"
         if self._on_gpu:
-            return CAPABILITIES
-        return dataclasses.replace(CAPABILITIES, graph_capture=False)
+            return dataclasses.replace(CAPABILITIES, notes=notes)
+        return dataclasses.replace(CAPABILITIES, graph_capture=False, notes=notes)
 
     @property
     def torch_device(self) -> torch.device:
@@ -79,14 +87,54 @@ class RocmBackend(Backend):
     def launch_params(self) -> TritonLaunchParams:
         return launch_params(self.wavefront_size())
 
+    def aiter_choice(self) -> AiterChoice:
+        """Whether decode goes through aiter's ``paged_attention_v1`` and why (decided once
+        per backend; see ``aiter_support``). Warns when aiter was asked for with
+        ``EAGLE_HAL_ROCM_AITER=1`` but cannot be used."""
+        if self._aiter is None:
+            arch = None
+            if self._on_gpu and os.environ.get(AITER_ENV) == "1":  # only then touch the GPU
+                import torch
+
+                try:
+                    properties = torch.get_device_module(_GPU_TYPE).get_device_properties(
+                        self.torch_device
+                    )
+                    arch = str(getattr(properties, "gcnArchName", "") or "an unnamed GPU")
+                except Exception as exc:
+                    arch = f"an unreadable architecture ({type(exc).__name__}: {exc})"
+            self._aiter = resolve_aiter(arch)
+            if self._aiter.paged_attention_v1 is None and os.environ.get(AITER_ENV) == "1":
+                warnings.warn(self._aiter.reason, RuntimeWarning, stacklevel=2)
+        return self._aiter
+
+    def library_versions(self) -> dict[str, str]:
+        """aiter's version when its paged decode is in use."""
+        choice = self.aiter_choice()
+        if choice.paged_attention_v1 is None or choice.version is None:
+            return {}
+        return {"aiter": choice.version}
+
     def _uses_triton(self) -> bool:
         if importlib.util.find_spec("triton") is None:
             return False
         return self._on_gpu or os.environ.get("TRITON_INTERPRET") == "1"
 
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
-        """The shared ``TritonAttentionBackend``; the pure-torch reference off the GPU
-        without the Triton interpreter."""
+        """The shared ``TritonAttentionBackend`` (the pure-torch reference off the GPU
+        without the Triton interpreter), wrapped by ``AiterDecodeAttention`` when aiter is
+        in use and the model's geometry suits its paged decode."""
+        shared = self._shared_attention(config)
+        op = self.aiter_choice().paged_attention_v1
+        if op is None:
+            return shared
+        from eagle_hal_rocm.attention_aiter import AiterDecodeAttention, decode_geometry_problem
+
+        if decode_geometry_problem(config) is not None:
+            return shared
+        return AiterDecodeAttention(config, op, shared)
+
+    def _shared_attention(self, config: AttentionConfig) -> AttentionBackend:
         if self._uses_triton():
             from eagle_hal.ops.triton.attention import TritonAttentionBackend
 

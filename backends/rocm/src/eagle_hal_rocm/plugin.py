@@ -17,6 +17,8 @@ from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, Tre
 from eagle_hal.hookspecs import hookimpl
 from eagle_hal.probing import import_torch, visible_devices_note
 
+from eagle_hal_rocm.aiter_support import probe_note
+
 __all__ = ["CAPABILITIES", "DESCRIPTOR", "VISIBLE_DEVICES_ENV", "judge_torch_build", "probe"]
 
 VISIBLE_DEVICES_ENV = "HIP_VISIBLE_DEVICES"
@@ -38,8 +40,9 @@ CAPABILITIES = Capabilities(
     ),
     notes=(
         "attention and sampling: eagle_hal's shared Triton kernels, sampling launched for the "
-        "GPU's wavefront size (64 on CDNA, 32 on RDNA); aiter not used; never run on AMD "
-        "hardware"
+        "GPU's wavefront size (64 on CDNA, 32 on RDNA); decode through aiter's "
+        "paged_attention_v1 only when opted in with EAGLE_HAL_ROCM_AITER=1 (checked against "
+        "an emulation only); never run on AMD hardware"
     ),
 )
 
@@ -76,7 +79,7 @@ def judge_torch_build(torch: ModuleType) -> Availability:
         )
     return Availability.available(
         f"{count} AMD GPU{'s' if count > 1 else ''} visible ({_visibility()}); "
-        f"torch {version}, HIP {hip}"
+        f"torch {version}, HIP {hip}; {probe_note()}"
     )
 
 
