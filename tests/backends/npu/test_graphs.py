@@ -87,13 +87,14 @@ class _EmulatedGraphsBackend(NpuBackend):
 
 
 def test_graphs_area_passes_with_host_updates(emulation):
-    """Replay, bucket/padding and decoding checks of the graphs area pass."""
+    """Replay, bucket/padding, chain-loop and decoding checks of the graphs area pass (the
+    chain loop's two draft steps in one graph take one merged host update)."""
     backend = _EmulatedGraphsBackend(emulation, NpuAttentionBackend)
     report = run_suite("cpu", backend=backend, areas=("graphs",))
     outcomes = {r.check_id.split("/")[-1]: r.outcome.value for r in report.results}
     assert outcomes and set(outcomes.values()) == {"pass"}, outcomes
     for check in ("replay_equals_eager", "bucketed_forwards_equal_eager",
-                  "graph_decoding_equals_plain"):
+                  "chain_loop_equals_eager", "graph_decoding_equals_plain"):
         assert any(name.startswith(check) for name in outcomes), check
 
 
@@ -102,7 +103,7 @@ def test_graphs_check_fails_without_host_updates(emulation):
     backend = _EmulatedGraphsBackend(emulation, _StaleLengthsAttention)
     report = run_suite("cpu", backend=backend, areas=("graphs",))
     outcomes = {r.check_id: r.outcome.value for r in report.results}
-    assert len(outcomes) == 8 and set(outcomes.values()) == {"fail"}, outcomes
+    assert len(outcomes) == 9 and set(outcomes.values()) == {"fail"}, outcomes
     replay = report.results[0].message
     assert "output vs eager" in replay, replay  # a wrong result, not an error
 

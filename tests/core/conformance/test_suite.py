@@ -66,6 +66,12 @@ class RebindingReplayAttention(TorchAttentionBackend):
             setattr(metadata, field.name, getattr(fresh, field.name))
 
 
+class OneForwardPerGraphAttention(TorchAttentionBackend):
+    """The reference attention, not declaring that several forwards may share a graph."""
+
+    multi_forward_graphs = False
+
+
 class PaddingIntoRealSlot(GraphRunner):
     """Padded rows write their K/V into page 1 (the first page a request gets) instead of
     the padding page."""
@@ -159,7 +165,7 @@ def test_reference_attention_passes_graphs_with_emulated_capture():
     emulated capture (a replay sees only in-place updates)."""
     report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"])
     assert not report.failed, [r.message for r in _failures(report)]
-    assert report.counts("graphs")["pass"] == 8
+    assert report.counts("graphs")["pass"] == 9
 
 
 @pytest.mark.skipif(
@@ -176,7 +182,7 @@ def test_triton_attention_passes_graphs_with_emulated_capture():
     report = run_suite("cpu", backend=BrokenCpu(attention=TritonAttentionBackend, graphs=True),
                        areas=["graphs"], extra_args=["-k", "not graph_decoding"])
     assert not report.failed, [r.message for r in _failures(report)]
-    assert report.counts("graphs")["pass"] == 6
+    assert report.counts("graphs")["pass"] == 7
 
 
 def test_required_page_size_is_checked():
@@ -222,11 +228,24 @@ def test_replay_hook_rebinding_metadata_fails_graphs():
     report = run_suite("cpu", backend=BrokenCpu(attention=RebindingReplayAttention, graphs=True),
                        areas=["graphs"])
     failed = {r.check_id: r.message for r in _failures(report)}
-    assert len(failed) == 8 and all(c.startswith("graphs/") for c in failed)
+    assert len(failed) == 9 and all(c.startswith("graphs/") for c in failed)
     hooks = [m for c, m in failed.items() if "replay_equals_eager" in c]
     assert len(hooks) == 3 and all("graph replay 0 of" in m and "outside atol" in m for m in hooks)
     assert all("batch of 1 in bucket 1: hidden states [T, H] vs eager" in m
                for c, m in failed.items() if "bucketed" in c)
+    assert "chain draft S=3, batch of 1 in bucket 1" in failed["graphs/chain_loop_equals_eager"]
+
+
+def test_chain_loop_check_skips_without_multi_forward_graphs():
+    """An attention without multi_forward_graphs skips the chain-loop check, saying why;
+    chain decoding (step by step, one graph per step) still passes."""
+    report = run_suite("cpu", backend=BrokenCpu(attention=OneForwardPerGraphAttention, graphs=True),
+                       areas=["graphs"], extra_args=["-k", "chain"])
+    outcomes = {r.check_id: (r.outcome, r.message) for r in report.results}
+    outcome, message = outcomes["graphs/chain_loop_equals_eager"]
+    assert outcome is Outcome.SKIP and "does not declare multi_forward_graphs" in message
+    assert outcomes["graphs/graph_decoding_equals_plain[chain-S3]"][0] is Outcome.PASS
+    assert not report.failed
 
 
 def test_padding_into_a_real_slot_fails_graphs(monkeypatch):

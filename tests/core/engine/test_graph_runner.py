@@ -1,7 +1,8 @@
 """The graph runner: bucketing, padding, slicing back and eager fallback, on CPU.
 
 Oracle: greedy plain decoding of the same target through the eager CPU reference backend
-(pure-torch attention, no graphs). The backends under test capture with the strict
+(pure-torch attention, no graphs); for the captured chain loop, the step-by-step chain
+draft with graphs off (``spec.drafting.draft_chain``) on the same requests. The backends under test capture with the strict
 ``EmulatedGraphCapture`` (``eagle_hal.testing.graphs``): a replay re-runs a snapshot of the
 captured forward, so it sees the static buffers' in-place updates and nothing else, as a
 device graph does; the padding, static-buffer and slicing logic is exercised exactly. Their
@@ -12,13 +13,19 @@ its own graph hooks. Real capture is in tests/backends/cuda.
 from __future__ import annotations
 
 import pytest
+import torch
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
+from eagle_hal.backend import TreeMaskMode
 from eagle_hal.backends.cpu.backend import CpuBackend
+from eagle_hal.conformance.runner_scene import RunnerScene
+from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.engine.request import SamplingParams
+from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.spec.config import SpecConfig
+from eagle_hal.spec.drafting import draft_chain
 from eagle_hal.testing.graphs import EmulatedGraphCapture
-from eagle_hal.testing.models import matching_eagle1, near_bigram_target
+from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1
 
 pytest.importorskip("triton")
 
@@ -45,6 +52,22 @@ class ReplayingTorchBackend(CpuBackend):
         return EmulatedGraphCapture()
 
 
+class BitPackedReplayingBackend(ReplayingTorchBackend):
+    """Emulated graphs; the reference attention asks for bit-packed tree masks."""
+
+    def create_attention_backend(self, config):
+        return TorchAttentionBackend(config, tree_mask_mode=TreeMaskMode.BIT_PACKED)
+
+
+class OneForwardPerGraphBackend(ReplayingTorchBackend):
+    """Emulated graphs over an attention that does not allow several forwards per graph."""
+
+    def create_attention_backend(self, config):
+        attention = TorchAttentionBackend(config)
+        attention.multi_forward_graphs = False
+        return attention
+
+
 @pytest.fixture(scope="module")
 def backends():
     reference = select_backend("cpu")
@@ -53,6 +76,11 @@ def backends():
         TritonCpuBackend(reference.descriptor, reference.device_spec),
         ReplayingTorchBackend(reference.descriptor, reference.device_spec),
     )
+
+
+def _backend(kind):
+    reference = select_backend("cpu")
+    return kind(reference.descriptor, reference.device_spec)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +121,9 @@ def test_plain_decoding_padded_to_a_bucket(backends, pair):
 
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 2, 3), (2, 2, 4)])
 def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, steps, nodes):
-    """Chain and tree drafting with captured draft/verify/extend forwards equal plain
-    decoding; batches of 1 and 3, a bucket too small for 3 (eager fallback)."""
+    """Chain and tree drafting with captured draft/verify/extend forwards (the chain's
+    draft loop as one graph, the tree's one graph per step) equal plain decoding; batches
+    of 1 and 3, a bucket too small for 3 (eager fallback)."""
     target, head = pair
     expected = plain(backends[0], target, PROMPTS)
     llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(steps, topk, nodes), seed=0)
@@ -104,5 +133,114 @@ def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, step
     assert got == expected and got_one == expected[:1]
     graphs = llm.runner.graphs
     modes = {key[1].value for key in graphs._graphs}
-    assert {"target_verify", "draft_decode", "draft_extend"} <= modes
+    assert {"target_verify", "draft_extend"} <= modes
+    if topk == 1:  # the chain's draft loop replays as one graph
+        assert graphs.chain_replays > 0 and "draft_decode" not in modes
+    else:
+        assert "draft_decode" in modes and graphs.chain_replays == 0
     assert llm.used_pages == 0
+
+
+# -- the draft's chain loop as one graph ------------------------------------------------------
+
+CHAIN_BATCHES = (4, 1, 3)  # in bucket 4: full, then padded over rows the full batch used
+
+
+def _chain_both_ways(scene, steps, inputs):
+    """The chain draft step by step with graphs off, then from the chain graph over draft
+    K/V scrambled at the scratch slots; both trees and the K/V after each."""
+    runner, graphs = scene.runner, scene.runner.graphs
+    ops = runner.backend.sampling_ops()
+    with torch.inference_mode():
+        runner.graphs = None
+        try:
+            eager = draft_chain(runner, ops, steps, inputs)
+        finally:
+            runner.graphs = graphs
+        eager_kv = scene.kv_by_slot()
+        scene.scramble_draft_kv(inputs.scratch[:, : steps - 1])
+        replays = graphs.chain_replays
+        captured = draft_chain(runner, ops, steps, inputs)
+        assert graphs.chain_replays == replays + 1, "the chain loop did not replay a graph"
+    return eager, eager_kv, captured, scene.kv_by_slot()
+
+
+@pytest.mark.parametrize("kind,page_size,steps", [
+    (ReplayingTorchBackend, 1, 2),
+    (ReplayingTorchBackend, 1, 5),
+    (ReplayingTorchBackend, 16, 3),
+    (BitPackedReplayingBackend, 16, 4),
+    (TritonCpuBackend, 1, 3),
+    (TritonCpuBackend, 16, 4),
+], ids=["reference-page1-S2", "reference-page1-S5", "reference-page16-S3",
+        "reference-bitpacked-page16-S4", "triton-page1-S3", "triton-page16-S4"])
+def test_chain_loop_graph_equals_eager_loop(kind, page_size, steps):
+    """Batches of 4, 1 and 3 in bucket 4 (earlier requests kept alive): the chain graph's
+    verify tree equals the eager loop's exactly, its draft K/V at the scratch slots to
+    float32 rounding, and it changes no other slot but the padding page's (padded rows
+    write nowhere else, though rows of the earlier full batch are live)."""
+    scene = RunnerScene(_backend(kind), seed=7 * steps + page_size, page_size=page_size,
+                        buckets=(4,))
+    for size in CHAIN_BATCHES:
+        rows, seq_lens = scene.add_requests(size)
+        inputs = scene.chain_inputs(rows, seq_lens)
+        eager, eager_kv, captured, graph_kv = _chain_both_ways(scene, steps, inputs)
+        assert captured.mask_mode == eager.mask_mode
+        for name, got, expected in zip(eager._fields[:-1], captured[:-1], eager[:-1]):
+            assert torch.equal(got, expected), f"batch {size}: {name} {got} vs {expected}"
+        own = inputs.scratch[:, : steps - 1].reshape(-1)
+        changed = (eager_kv != graph_kv).any(dim=1)
+        changed[own] = False
+        changed[PADDING_PAGE * page_size : (PADDING_PAGE + 1) * page_size] = False
+        assert not changed.any(), f"batch {size}: slots {changed.nonzero()[:, 0].tolist()} changed"
+        # float32 rounding (padded GEMMs, wider captured key sets) grows along the chain
+        # with the activations' scale, so it is bounded relative to that scale
+        error = (graph_kv[own] - eager_kv[own]).abs().max()
+        assert error <= 1e-4 * eager_kv[own].abs().max(), f"batch {size}: K/V error {error}"
+    assert scene.runner.graphs.num_graphs == 1  # one chain graph served every batch
+
+
+def test_chain_loop_declines_what_it_cannot_capture():
+    """No chain graph beyond the largest bucket, for S < 2, for FULL tree masks, or for an
+    attention backend without multi_forward_graphs: the per-step path runs."""
+    scene = RunnerScene(_backend(ReplayingTorchBackend), seed=3, page_size=1, buckets=(1, 2))
+    graphs = scene.runner.graphs
+
+    def chain(size, steps=3):
+        rows, seq_lens = scene.add_requests(size)
+        inputs = scene.chain_inputs(rows, seq_lens)
+        return graphs.run_draft_chain(
+            steps, inputs.rows_t, inputs.seq_t, seq_lens, inputs.scratch,
+            inputs.state.topk_ids[:, 0], inputs.state.hidden, inputs.roots,
+        )
+
+    assert chain(3) is None and chain(1, steps=1) is None
+    assert chain(2) is not None
+    scene.runner.target_attn.tree_mask_mode = TreeMaskMode.FULL
+    assert chain(2) is None
+    single = RunnerScene(_backend(OneForwardPerGraphBackend), seed=3, page_size=1, buckets=(1, 2))
+    assert single.graphs_on
+    rows, seq_lens = single.add_requests(1)
+    inputs = single.chain_inputs(rows, seq_lens)
+    assert single.runner.graphs.run_draft_chain(
+        3, inputs.rows_t, inputs.seq_t, seq_lens, inputs.scratch,
+        inputs.state.topk_ids[:, 0], inputs.state.hidden, inputs.roots,
+    ) is None
+    assert graphs.chain_replays == 1 and single.runner.graphs.chain_replays == 0
+
+
+@pytest.mark.parametrize("head_kind,steps", [("matching", 4), ("random", 3)])
+def test_chain_decoding_with_the_chain_graph_is_lossless(backends, pair, head_kind, steps):
+    """Greedy chain decoding whose draft loop replays one graph (batches of 3 and 1 padded
+    into bucket 4) equals plain decoding; every page is released."""
+    target, head = pair
+    if head_kind == "random":
+        head = tiny_eagle1(target, seed=11)
+    expected = plain(backends[0], target, PROMPTS)
+    spec = SpecConfig(num_steps=steps, topk=1, num_draft_tokens=steps + 1)
+    llm = LLM.from_models(backends[2], target, head, spec=spec, seed=0)
+    llm.runner.enable_graphs((4,))
+    got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
+    got_one = [o.token_ids for o in llm.generate(PROMPTS[1:2], PARAMS)]
+    assert got == expected and got_one == expected[1:2]
+    assert llm.runner.graphs.chain_replays > 0 and llm.used_pages == 0

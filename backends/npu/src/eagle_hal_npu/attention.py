@@ -79,9 +79,14 @@ _REPLAYED_TENSORS = ("block_table", "own_visible", "prefix_lens", "query_gather"
 
 
 class NpuAttentionBackend(AttentionBackend):
-    """Every ``ForwardMode`` through ``NpuOps`` (torch_npu's operators or an emulation)."""
+    """Every ``ForwardMode`` through ``NpuOps`` (torch_npu's operators or an emulation).
+
+    Several forwards may share a graph: each ``plan_for_capture`` clones the tensors replay
+    writes, and ``replay_host_updates`` gives one ``cpu_update_input`` entry per fused call.
+    """
 
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
+    multi_forward_graphs = True
 
     def __init__(
         self, config: AttentionConfig, ops: NpuOps, *, verify_with_mask: bool = False

@@ -7,7 +7,9 @@ on the backend, in a ``ModelRunner`` whose ``GraphRunner`` captures with the bac
 get ragged cached lengths whose target and draft K/V are random. The three captured forwards
 are built as the EAGLE worker builds them (``spec.worker``, ``spec.drafting``): TARGET_VERIFY
 over a random tree, the DRAFT_DECODE step of each draft depth, a uniform DRAFT_EXTEND; each
-runs through the runner (graphs) or eagerly (graphs off for the call).
+runs through the runner (graphs) or eagerly (graphs off for the call). ``chain_inputs``
+gives the chain draft's inputs (``spec.drafting.draft_chain``, whose whole loop the graph
+runner captures as one graph) as the worker uploads them.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from eagle_hal.conformance.paged import encode_tree_mask, preferred_page_size, r
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
+from eagle_hal.spec.drafting import DraftInputs, DraftState
 
 __all__ = ["BUCKETS", "RunnerScene"]
 
@@ -33,19 +36,21 @@ MAX_CONTEXT = 32
 
 
 class RunnerScene:
-    """A graph-enabled ``ModelRunner`` and its requests; see the module docstring."""
+    """A graph-enabled ``ModelRunner`` and its requests; see the module docstring.
+    ``page_size`` defaults to the backend's preferred one, ``buckets`` to ``BUCKETS``."""
 
-    def __init__(self, backend: Backend, seed: int) -> None:
+    def __init__(self, backend: Backend, seed: int, page_size: int | None = None,
+                 buckets: tuple[int, ...] = BUCKETS) -> None:
         from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
         device = backend.torch_device
         target = tiny_target(seed, layers=1, device=device)  # small: interpreted kernels stay fast
         head = tiny_eagle1(target, seed + 1).to(device)
-        page_size = preferred_page_size(backend)
+        page_size = page_size or preferred_page_size(backend)
         cache = CacheConfig(num_tokens=16 * max(MAX_CONTEXT, page_size), page_size=page_size,
                             max_requests=16, max_context=MAX_CONTEXT)
         self.runner = ModelRunner(backend, target, head, cache, torch.float32)
-        self.graphs_on = self.runner.enable_graphs(BUCKETS)
+        self.graphs_on = self.runner.enable_graphs(buckets)
         self.gen = torch.Generator().manual_seed(seed)
         self.vocab = target.config.vocab_size
         self.hidden_size = target.config.hidden_size
@@ -139,6 +144,30 @@ class RunnerScene:
             draft_kv_slots=kv_slots.to(runner.device, runner.slot_dtype), num_branches=k,
         )
         return batch, self._features(size * k)
+
+    def chain_inputs(self, rows: list[int], seq_lens: list[int]) -> DraftInputs:
+        """A chain draft's inputs (top-1, up to ``RESERVE`` steps) as ``spec.worker`` uploads
+        them: the reserved positions as scratch, random roots, first draft tokens and draft
+        hidden states."""
+        runner, size = self.runner, len(rows)
+        steps = RESERVE
+        positions = [s + d for d in range(steps - 1) for s in seq_lens]  # [S - 1, B]
+        rows_t, seq_t, slots, branches, positions_t = runner.upload(
+            rows, seq_lens, runner.host_slots(rows, seq_lens, RESERVE), [1] * size, positions
+        )
+        roots, first = torch.randint(self.vocab, (2, size), generator=self.gen).to(runner.device)
+        state = DraftState(torch.ones(size, 1, device=runner.device), first.view(size, 1),
+                           self._features(size))
+        return DraftInputs(rows, seq_lens, rows_t, seq_t, branches, slots.view(size, RESERVE),
+                           positions_t.view(steps - 1, size), roots, state)
+
+    def scramble_draft_kv(self, slots: torch.Tensor) -> None:
+        """Random K/V at ``slots`` of the draft store: what a forward should overwrite."""
+        store = self.runner.draft_kv
+        assert store is not None
+        shape = (slots.numel(), store.num_kv_heads, store.head_dim)
+        k, v = (torch.randn(shape, generator=self.gen).to(self.runner.device) for _ in range(2))
+        store.write_kv(0, slots.reshape(-1), k, v)
 
     # -- running and observing ---------------------------------------------------------------
 

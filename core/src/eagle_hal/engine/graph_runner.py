@@ -20,6 +20,16 @@ with the host updates ``replay_host_updates`` gives (``None`` for most backends)
 and the outputs are sliced to the real tokens and copied out (the static outputs are
 overwritten by the next replay). Anything else (prefill, ragged extends, batches larger
 than the largest bucket) returns ``None`` and the caller runs eagerly.
+
+The draft's chain loop (``spec.drafting.draft_chain``: top-1, S steps) is captured whole,
+``engine.chain_graph.ChainGraph``: its S - 1 DRAFT_DECODE forwards, their lm_head top-1 and
+the chain's verify layout in one graph per
+
+    (bucket, S, hidden width and dtype, tree-mask layout),
+
+each step with its own static batch and attention metadata (the contract for several
+forwards in one graph is in ``eagle_hal.hal.attention``). Attention backends without
+``multi_forward_graphs``, ``FULL`` tree masks and trees (K > 1) keep the per-step path.
 """
 
 from __future__ import annotations
@@ -31,9 +41,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from eagle_hal.backend import TreeMaskMode
+from eagle_hal.engine.chain_graph import ChainGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.hal.sampling import VerifyTree
 from eagle_hal.model.llama import ModelOutput
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -61,6 +74,7 @@ class _CapturedForward:
     hidden_in: torch.Tensor | None  # draft only: [bucket * n, H] static input features
     outputs: tuple[torch.Tensor, ...]  # static outputs, [bucket * n, ...] each
     tokens_per_request: int
+    filled: int = 0  # real requests of the last replay; the rows past them hold padding
 
 
 class GraphRunner:
@@ -83,12 +97,14 @@ class GraphRunner:
         self.buckets = tuple(sorted(set(buckets)))
         self.pad_slot = PADDING_PAGE * runner.layout.page_size
         self._graphs: dict[tuple[object, ...], _CapturedForward] = {}
+        self._chains: dict[tuple[object, ...], ChainGraph] = {}
         self._graph_state_ready: set[int] = set()  # id() of attention backends initialised
-        self.replays = 0  # forwards served by a graph (for diagnostics and tests)
+        self.replays = 0  # single forwards served by a graph (for diagnostics and tests)
+        self.chain_replays = 0  # whole draft chain loops served by a graph
 
     @property
     def num_graphs(self) -> int:
-        return len(self._graphs)
+        return len(self._graphs) + len(self._chains)
 
     def bucket_for(self, batch_size: int) -> int | None:
         """The smallest bucket holding ``batch_size`` requests, or ``None``."""
@@ -147,7 +163,56 @@ class GraphRunner:
             self._graphs[key] = entry
         return self._replay(entry, batch, hidden, attn)[0]
 
+    @torch.inference_mode()
+    def run_draft_chain(
+        self,
+        steps: int,
+        rows: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: Sequence[int],
+        scratch: torch.Tensor,
+        first_tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        roots: torch.Tensor,
+    ) -> VerifyTree | None:
+        """The chain draft of ``spec.drafting.draft_chain`` and its verify tree (node 0 =
+        ``roots``, then the S chain tokens) from one graph, or ``None`` (run it step by
+        step). Captures on first sight of a (bucket, S).
+
+        ``rows``/``seq_lens``/``first_tokens``/``roots`` ``[B]`` int64, ``seq_lens_cpu`` their
+        host lengths, ``scratch`` ``[B, >= S - 1]`` the slots of draft positions
+        ``seq_len .. seq_len + S - 2``, ``hidden`` ``[B, H]``. Writes the draft K/V of depths
+        ``1 .. S - 1`` at those slots. The tree's tokens and positions are fresh copies;
+        its other tensors are views of the graph's outputs, the same at every replay."""
+        runner = self.runner
+        attn, mask_mode = runner.draft_attn, runner.tree_mask_mode
+        size = len(seq_lens_cpu)
+        bucket = self.bucket_for(size)
+        if (
+            bucket is None or steps < 2 or runner.draft is None or attn is None
+            or not attn.multi_forward_graphs or mask_mode == TreeMaskMode.FULL
+        ):
+            return None
+        key = (bucket, steps, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
+        chain = self._chains.get(key)
+        if chain is None:
+            self._init_graph_state(attn)
+            chain = ChainGraph.capture(
+                self.capture, runner.draft, attn, bucket=bucket, steps=steps, hidden=hidden,
+                mask_mode=mask_mode, pad_slot=self.pad_slot, slot_dtype=runner.slot_dtype,
+            )
+            self._chains[key] = chain
+        tree = chain.replay(rows, seq_lens, seq_lens_cpu, scratch, first_tokens, hidden, roots)
+        self.chain_replays += 1
+        return tree
+
     # -- capture and replay ---------------------------------------------------------------
+
+    def _init_graph_state(self, attn: AttentionBackend) -> None:
+        if id(attn) not in self._graph_state_ready:
+            largest = self.buckets[-1]
+            attn.init_graph_state(largest, largest * MAX_TOKENS_PER_REQUEST)
+            self._graph_state_ready.add(id(attn))
 
     @staticmethod
     def _shape_key(batch: ForwardBatch, bucket: int) -> tuple[object, ...]:
@@ -195,10 +260,7 @@ class GraphRunner:
         hidden: torch.Tensor | None,
         body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
     ) -> _CapturedForward:
-        if id(attn) not in self._graph_state_ready:
-            largest = self.buckets[-1]
-            attn.init_graph_state(largest, largest * MAX_TOKENS_PER_REQUEST)
-            self._graph_state_ready.add(id(attn))
+        self._init_graph_state(attn)
         static = self._static_batch(batch, bucket)
         hidden_in = None
         if hidden is not None:
@@ -219,13 +281,14 @@ class GraphRunner:
     ) -> tuple[torch.Tensor, ...]:
         static = entry.batch
         size, tokens = batch.batch_size, batch.num_tokens
-        padded = static.batch_size > size
+        stale = entry.filled > size  # a larger batch left real rows and slots behind
+        entry.filled = size
         static.input_ids[:tokens].copy_(batch.input_ids)
         static.positions[:tokens].copy_(batch.positions)
         static.req_pool_indices[:size].copy_(batch.req_pool_indices)
         static.prefix_lens[:size].copy_(batch.prefix_lens)
         static.out_cache_loc[:tokens].copy_(batch.out_cache_loc)
-        if padded:  # a larger batch may have left real rows and slots behind
+        if stale:
             static.req_pool_indices[size:].zero_()
             static.prefix_lens[size:].zero_()
             static.out_cache_loc[tokens:].fill_(self.pad_slot)
@@ -234,7 +297,7 @@ class GraphRunner:
             static.tree_mask[:size].copy_(batch.tree_mask.reshape(size, n, n))
         if static.draft_kv_slots is not None and batch.draft_kv_slots is not None:
             static.draft_kv_slots[:tokens].copy_(batch.draft_kv_slots)
-            if padded:
+            if stale:
                 static.draft_kv_slots[tokens:].fill_(self.pad_slot)
         if entry.hidden_in is not None and hidden is not None:
             entry.hidden_in[:tokens].copy_(hidden)

@@ -31,6 +31,28 @@ device's graph API refreshes itself: ``replay_host_updates`` (same arguments, ri
 ``plan_for_replay``) returns those values, and the caller passes them to
 ``DeviceGraph.replay(host_updates)`` (NPU graphs take the fused attention's host sequence
 lengths this way; backends whose kernels read device buffers only return ``None``).
+
+Several forwards in one graph (the draft's chain loop: S - 1 DRAFT_DECODE steps, each with
+its own draft depth, in one replay). Only for backends that set ``multi_forward_graphs``;
+the caller follows the order above per forward: ``plan_for_capture`` once per forward, on
+that forward's own static batch, in the order the forwards will run; one warm-up and one
+``record`` of all of them. Before each replay it refreshes every static batch in place,
+then, forward by forward in capture order, calls ``plan_for_replay`` and
+``replay_host_updates``, merges the host updates (``hal.graphs.merge_host_updates``) and
+replays once. Such a backend guarantees:
+
+* forwards do not disturb each other's metadata: no tensor that ``plan_for_replay`` writes
+  is shared by the metadata of two ``plan_for_capture`` calls (read-only tensors, such as
+  index runs that depend on the batch shape alone, may be shared);
+* the hooks read a batch's index tensors (``req_pool_indices``, ``prefix_lens``,
+  ``extend_lens``, ``out_cache_loc``, ``draft_kv_slots``, ``tree_mask``, which may be
+  strided views of one shared static buffer) and its host lengths, never the values of
+  ``input_ids`` or ``positions``: inside the graph those come from the forward before (its
+  sampled token, its step's position), so they are stale when the hooks run;
+* ``replay_host_updates`` maps each key to a list with one entry per call the forward's
+  capture made of the device API that takes the update, in call order (or returns
+  ``None``), so that the forwards' lists, concatenated key by key in capture order, are
+  the whole graph's update.
 """
 
 from __future__ import annotations
@@ -152,6 +174,11 @@ class AttentionBackend(abc.ABC):
     """
 
     tree_mask_mode: str = "tree_block"
+    # Whether several forwards, each planned by its own ``plan_for_capture``, may be
+    # captured into one graph; setting it promises the guarantees the module docstring
+    # lists under "several forwards in one graph". Off by default: the graph runner then
+    # captures one forward per graph.
+    multi_forward_graphs: bool = False
 
     def __init__(self, config: AttentionConfig) -> None:
         self.config = config
@@ -214,5 +241,6 @@ class AttentionBackend(abc.ABC):
         """Host-side values the captured forward needs refreshed for this replay, to be
         passed as ``DeviceGraph.replay(host_updates)``; called after ``plan_for_replay``
         with the same arguments. The default, ``None``, suits backends whose captured
-        kernels read everything from device buffers."""
+        kernels read everything from device buffers. With ``multi_forward_graphs``, each
+        value is a list with one entry per captured call, in call order."""
         return None

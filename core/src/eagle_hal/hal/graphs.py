@@ -8,18 +8,49 @@ does the same for its metadata; rebinding an attribute to a new tensor is never 
 Host values a device's graph API can refresh itself (NPU graphs: the fused attention's
 sequence lengths) come from ``AttentionBackend.replay_host_updates`` and reach the graph
 through ``DeviceGraph.replay(host_updates)``.
+
+A graph may hold several forwards (the draft's chain loop), each with its own metadata,
+when the attention backend allows it (``AttentionBackend.multi_forward_graphs``). The graph
+still replays once: ``merge_host_updates`` joins the forwards' host updates, in capture
+order, into the one ``host_updates`` that replay takes.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["DeviceGraph", "GraphCapture", "ModuleGraph", "ModuleGraphCapture"]
+__all__ = [
+    "DeviceGraph",
+    "GraphCapture",
+    "ModuleGraph",
+    "ModuleGraphCapture",
+    "merge_host_updates",
+]
 
 _T = TypeVar("_T")
+
+
+def merge_host_updates(
+    updates: Iterable[dict[str, Any] | None],
+) -> dict[str, Any] | None:
+    """The host updates of the forwards captured in one graph, as the one ``host_updates``
+    its replay takes: ``updates`` in capture order (``replay_host_updates`` of each
+    forward), each key's lists concatenated in that order; ``None`` when no forward has
+    any. Raises ``TypeError`` for a value that is not a list (a backend in a graph of
+    several forwards must give one entry per captured call, see ``hal.attention``)."""
+    merged: dict[str, list[Any]] = {}
+    for update in updates:
+        for key, entries in (update or {}).items():
+            if not isinstance(entries, list):
+                raise TypeError(
+                    f"host update {key!r} is a {type(entries).__name__}, not a list of "
+                    "per-call entries; it cannot be merged across forwards"
+                )
+            merged.setdefault(key, []).extend(entries)
+    return merged or None
 
 
 class DeviceGraph(abc.ABC):

@@ -145,8 +145,12 @@ class TorchAttentionBackend(AttentionBackend):
     Graph hooks: a captured plan reserves prefix columns for the whole ``req_to_token`` row,
     so any later prefix fits; ``plan_for_replay`` re-plans at that width and copies the
     result into the captured metadata's tensors. ``FULL`` masks (whose size follows the
-    prefix lengths) cannot be replayed.
+    prefix lengths) cannot be replayed. Several forwards may share a graph: every
+    ``plan_for_capture`` builds tensors of its own, and planning reads the index tensors
+    and host lengths only.
     """
+
+    multi_forward_graphs = True
 
     def __init__(
         self, config: AttentionConfig, tree_mask_mode: str = TreeMaskMode.TREE_BLOCK

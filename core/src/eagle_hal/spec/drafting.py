@@ -18,7 +18,15 @@ from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import NO_NODE, SamplingOps, TreeShape, TreeStep, VerifyTree
 
-__all__ = ["DraftInputs", "DraftState", "chain_tree", "draft_chain", "draft_tree", "single_node_tree"]
+__all__ = [
+    "DraftInputs",
+    "DraftState",
+    "chain_layout",
+    "chain_tree",
+    "draft_chain",
+    "draft_tree",
+    "single_node_tree",
+]
 
 
 class DraftState(NamedTuple):
@@ -95,7 +103,19 @@ def draft_chain(
     runner: ModelRunner, ops: SamplingOps, steps: int, inputs: DraftInputs
 ) -> VerifyTree:
     """The top-1 fast path: S greedy draft tokens per request, each attending to the
-    prefix and the chain before it; no candidate scoring, selection or reordering."""
+    prefix and the chain before it; no candidate scoring, selection or reordering.
+
+    With graphs on, the whole loop and the chain's verify layout replay as one graph
+    (``GraphRunner.run_draft_chain``); otherwise, or when that declines (no bucket fits,
+    an attention backend without ``multi_forward_graphs``, ``FULL`` masks), step by step,
+    each step's forward still replaying its own graph where one applies."""
+    if runner.graphs is not None:
+        tree = runner.graphs.run_draft_chain(
+            steps, inputs.rows_t, inputs.seq_t, inputs.seq_lens, inputs.scratch,
+            inputs.state.topk_ids[:, 0], inputs.state.hidden, inputs.roots,
+        )
+        if tree is not None:
+            return tree
     batch = len(inputs.rows)
     tokens = [inputs.state.topk_ids[:, 0]]  # S x [B]
     hidden = inputs.state.hidden  # [B, H]
@@ -135,6 +155,17 @@ def chain_tree(
     if mask_mode == TreeMaskMode.FULL:
         parents = torch.arange(chain.shape[1], device=chain.device).expand_as(chain)
         return ops.build_verify_tree(roots, chain, parents, seq_lens, mask_mode, seq_lens_sum)
+    return chain_layout(roots, chain, seq_lens, mask_mode)
+
+
+def chain_layout(
+    roots: torch.Tensor, chain: torch.Tensor, seq_lens: torch.Tensor, mask_mode: str
+) -> VerifyTree:
+    """``chain_tree`` in the ``TREE_BLOCK`` and ``BIT_PACKED`` layouts: device work on
+    ``roots`` ``[B]``, ``chain`` ``[B, S]`` and ``seq_lens`` ``[B]`` only, so it can be
+    captured (``FULL`` needs the host's sum of the lengths: use ``chain_tree``)."""
+    if mask_mode == TreeMaskMode.FULL:
+        raise ValueError("a FULL tree mask is sized by the prefix lengths: use chain_tree")
     batch, num_nodes = chain.shape[0], chain.shape[1] + 1
     device = chain.device
     tokens = torch.cat([roots.view(-1, 1), chain.long()], dim=1)  # [B, N]

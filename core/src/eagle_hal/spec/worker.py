@@ -7,7 +7,9 @@ them. Per decode iteration for B requests, S draft steps, top-k K, N verify node
 1. reserve ``max(N, S*K)`` positions past each request's cached length: the draft's
    scratch slots (draft KV store) and the verify slots (target KV store) share them;
 2. draft: S - 1 DRAFT_DECODE forwards grow the tree (``grow_tree_step``), then the N - 1
-   best nodes are organised and laid out as the verify tree (root = the pending token);
+   best nodes are organised and laid out as the verify tree (root = the pending token); a
+   chain (K = 1) skips the tree bookkeeping and, with graphs on, replays its whole draft
+   loop and layout as one graph (``GraphRunner.run_draft_chain``);
 3. verify: one TARGET_VERIFY forward over the N nodes under the tree mask;
 4. accept (greedy or lossless tree sampling), read back in the iteration's one host sync;
    move the accepted nodes not already in place (never for plain decoding or chains) to the

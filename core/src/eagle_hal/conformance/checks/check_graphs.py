@@ -21,9 +21,16 @@ batches of 1, 4, 2, 3 and 5 requests: filling a bucket, padded (2 and 3 in the g
 full batch of 4 used before) and beyond the largest bucket (eager). Target verify, each
 draft-decode depth and draft extend must give the eager forward's outputs (attention
 tolerances), leave the K/V of every slot but the batch's own and the padding page
-bit-identical, and release every page. ``test_graph_decoding_equals_plain`` decodes
-greedily with graphs on (batches shrink through the buckets as requests finish) and must
-equal plain decoding without graphs.
+bit-identical, and release every page. ``test_chain_loop_equals_eager`` runs the draft's
+whole chain loop (``spec.drafting.draft_chain``, S = 3) through the same scene and batches,
+where it replays as one graph of two DRAFT_DECODE forwards with their own metadata: the
+verify tree (chain tokens, positions, layout) must equal the step-by-step loop with graphs
+off exactly, the K/V at the draft's scratch slots within the attention tolerances (they
+are scrambled before the replay, so a step that writes nothing fails), every other slot
+but the padding page bit-identical; skipped for attention backends without
+``multi_forward_graphs`` and for full tree masks. ``test_graph_decoding_equals_plain``
+decodes greedily with graphs on (batches shrink through the buckets as requests finish)
+and must equal plain decoding without graphs.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any
 import pytest
 import torch
 
-from eagle_hal.backend import Backend
+from eagle_hal.backend import Backend, TreeMaskMode
 from eagle_hal.conformance.checks.check_attention import build_case
 from eagle_hal.conformance.compare import assert_close
 from eagle_hal.conformance.paged import PagedScene, preferred_page_size
@@ -44,6 +51,7 @@ from eagle_hal.conformance.runner_scene import BUCKETS, RunnerScene
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
 from eagle_hal.spec.config import SpecConfig
+from eagle_hal.spec.drafting import draft_chain
 
 pytestmark = requires("graph_capture")
 MODES = [ForwardMode.DRAFT_DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND]
@@ -164,6 +172,58 @@ def test_bucketed_forwards_equal_eager(backend: Backend, tolerance: Any, mode: F
         f"{mode.value}: {table.allocator.num_used_pages} pages still held after every request "
         f"was released; leaked: {sorted(table.leaked_pages())}"
     )
+
+
+CHAIN_STEPS = 3  # two DRAFT_DECODE forwards in one graph
+
+
+def test_chain_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
+    """The chain draft's loop as one graph equals the step-by-step loop with graphs off:
+    full, padded and too-large batches; padded rows disturb no real K/V."""
+    scene = RunnerScene(backend, seed=zlib.crc32(b"chain") % 1000)
+    runner, graphs = scene.runner, scene.runner.graphs
+    assert scene.graphs_on and graphs is not None
+    assert runner.draft_attn is not None
+    if not runner.draft_attn.multi_forward_graphs:
+        pytest.skip(f"{type(runner.draft_attn).__name__} does not declare multi_forward_graphs: "
+                    "the chain draft replays one graph per step")
+    if runner.tree_mask_mode == TreeMaskMode.FULL:
+        pytest.skip("full tree masks are sized by the prefix lengths: the chain draft replays "
+                    "one graph per step")
+    ops = backend.sampling_ops()
+    for size in BATCH_SIZES:
+        rows, seq_lens = scene.add_requests(size)
+        inputs = scene.chain_inputs(rows, seq_lens)
+        own = inputs.scratch[:, : CHAIN_STEPS - 1]  # [B, S - 1] the draft's K/V slots
+        what = f"chain draft S={CHAIN_STEPS}, {_graph_use(scene, size)}"
+        with torch.inference_mode():
+            runner.graphs = None
+            try:
+                expected = draft_chain(runner, ops, CHAIN_STEPS, inputs)
+            finally:
+                runner.graphs = graphs
+            eager_kv = scene.kv_by_slot()
+            scene.scramble_draft_kv(own)
+            replays = graphs.chain_replays
+            got = draft_chain(runner, ops, CHAIN_STEPS, inputs)
+        served = graphs.chain_replays - replays
+        assert served == int(graphs.bucket_for(size) is not None), (
+            f"{what}: {served} chain loops served by a graph (graph runner bucketing)"
+        )
+        for name, value, reference in zip(got._fields, got, expected, strict=True):
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value.cpu(), reference.cpu()), (
+                    f"{what}: verify tree {name} differs from the eager loop: "
+                    f"{value.tolist()} vs {reference.tolist()}"
+                )
+            else:
+                assert value == reference, f"{what}: {name} {value!r} vs {reference!r}"
+        graph_kv = scene.kv_by_slot()
+        scene.assert_kv_kept(what, eager_kv, graph_kv, own.reshape(-1))
+        own_slots = own.reshape(-1).long().cpu()
+        assert_close(f"{what}: draft K/V at the scratch slots vs eager", graph_kv[own_slots],
+                     eager_kv[own_slots], *tolerance("float32"))
+    assert graphs.chain_replays > 0
 
 
 @pytest.mark.parametrize("spec", [

@@ -49,10 +49,13 @@ class TritonAttentionBackend(AttentionBackend):
 
     ``forward`` queues the KV write and one kernel launch per layer and never reads a
     device value on the host. Graph hooks: metadata is a function of the batch shape, so
-    ``plan_for_capture`` is ``plan`` and ``plan_for_replay`` only checks the shape.
+    ``plan_for_capture`` is ``plan`` and ``plan_for_replay`` only checks the shape. Several
+    forwards may share a graph: replay writes no metadata, so forwards of one shape may
+    even share theirs.
     """
 
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
+    multi_forward_graphs = True
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
