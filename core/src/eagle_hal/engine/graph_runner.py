@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +102,8 @@ class GraphRunner:
         self._graph_state_ready: set[int] = set()  # id() of attention backends initialised
         self.replays = 0  # single forwards served by a graph (for diagnostics and tests)
         self.chain_replays = 0  # whole draft chain loops served by a graph
+        # EAGLE_HAL_CHAIN_GRAPH=0 keeps chains on the per-step path (A/B measurements)
+        self.chain_graphs = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "1") != "0"
 
     @property
     def num_graphs(self) -> int:
@@ -189,7 +192,8 @@ class GraphRunner:
         size = len(seq_lens_cpu)
         bucket = self.bucket_for(size)
         if (
-            bucket is None or steps < 2 or runner.draft is None or attn is None
+            not self.chain_graphs
+            or bucket is None or steps < 2 or runner.draft is None or attn is None
             or not attn.multi_forward_graphs or mask_mode == TreeMaskMode.FULL
         ):
             return None
