@@ -111,6 +111,26 @@ def test_decode_half_precision():
     pair.compare(causal_args(pair, ForwardMode.DECODE, rows, prefix, [1, 1]), 2)
 
 
+def test_decode_batch_of_one_splits_the_keys():
+    """Batch-1 decode is planned with several key splits, merged by log-sum-exp."""
+    pair = Pair(seed=5)
+    args = causal_args(pair, ForwardMode.DECODE, [4], [79], [1])
+    assert pair.triton.plan(ForwardBatch(**args)).num_splits > 1
+    pair.compare(args, 1)
+
+
+def test_metadata_planned_before_the_split_scratch_grew_still_serves():
+    """Split scratch is shared across shapes and grows for larger ones; a shape planned
+    (and cached) before the growth still attends correctly afterwards."""
+    pair = Pair(seed=6)
+    small = causal_args(pair, ForwardMode.DECODE, [4], [79], [1])
+    pair.compare(small, 1)
+    large = causal_args(pair, ForwardMode.DECODE, [0, 1, 2], [30, 50, 70], [1, 1, 1])
+    assert pair.triton.plan(ForwardBatch(**large)).num_splits > 1
+    pair.compare(large, 3)
+    pair.compare(causal_args(pair, ForwardMode.DECODE, [5], [60], [1]), 1)
+
+
 @pytest.mark.parametrize("order", ["NHD", "HND"])
 def test_target_verify_tree_mask(order):
     """N tree tokens per request under random ancestor masks (tree_block layout)."""

@@ -2,11 +2,18 @@
 
 Shared by the CUDA, ROCm and XPU backends (and, interpreted, the CPU tests). Planning turns
 the host lengths of a batch into three per-token index tensors (which request a token
-belongs to, where its own run of key slots starts and how long it is); the kernel
-(``attention_kernels.paged_attention``) reads the prefix lengths and table rows from the
-batch's device tensors. So the metadata depends only on the batch's *shape*: it is cached
-per shape for uniform batches (decode, verify, draft decode, equal-length extends), and a
-captured graph replays with new lengths, rows and slots without any metadata refresh.
+belongs to, where its own run of keys starts and how long it is) and the number of key
+splits; the kernel (``attention_split_kernels.split_paged_attention``) reads the prefix
+lengths and table rows from the batch's device tensors. So the metadata depends only on the
+batch's *shape*: it is cached per shape for uniform batches (decode, verify, draft decode,
+equal-length extends), and a captured graph replays with new lengths, rows and slots
+without any metadata refresh.
+
+Every mode runs on the split kernel, which also writes the forward's K/V into the cache
+(its split-0 programs store them at ``out_cache_loc``; the own run is read from the ``k``/
+``v`` inputs), so ``forward`` is one launch, two when the keys are split. The KV store's
+``write_kv`` is not called: the kernel writes ``k_buffer``/``v_buffer`` directly, rounding
+to their dtype as ``write_kv`` does.
 
 Tree masks are read in ``TREE_BLOCK`` layout: bool ``[B, N, N]``, row ``i`` column ``j``
 true when node ``i`` sees node ``j``; the cached prefix is always visible.
@@ -26,7 +33,11 @@ from eagle_hal.hal.attention import (
     ForwardBatch,
     ForwardMode,
 )
-from eagle_hal.ops.triton.attention_kernels import paged_attention
+from eagle_hal.ops.triton.attention_split_kernels import (
+    SplitPartials,
+    choose_num_splits,
+    split_paged_attention,
+)
 
 __all__ = ["TritonAttentionBackend", "TritonAttentionMetadata"]
 
@@ -38,20 +49,50 @@ class TritonAttentionMetadata(AttentionMetadata):
     """Per-token key-run description of one batch shape (int32 tensors on the device)."""
 
     token_request: torch.Tensor  # [T] request of each token
-    own_base: torch.Tensor  # [T] index of the token's first own slot in the own-slot run
-    own_len: torch.Tensor  # [T] own slots the token may read
+    own_base: torch.Tensor  # [T] index of the token's first own key (token or draft slot)
+    own_len: torch.Tensor  # [T] own keys the token may read
     tree_width: int  # N in TARGET_VERIFY, else 0
     shape_key: tuple[object, ...]  # what the metadata was planned for
+    num_splits: int  # key splits per (token, KV head), from the shape only
+    partials: SplitPartials | None  # views of the backend's split scratch (num_splits > 1)
+
+
+class _SplitScratch:
+    """One float32 buffer for the per-split partial results, viewed by every planned shape.
+
+    A backend's forwards run in stream order, so all layers and all shapes can share it.
+    It grows (to a power of two) when a shape needs more; metadata planned earlier keeps
+    its views of the old buffer alive, so graphs captured with them stay valid.
+    """
+
+    def __init__(self, num_heads: int, head_dim: int, device: torch.device) -> None:
+        self._heads, self._dim, self._device = num_heads, head_dim, device
+        self._buffer = torch.empty(0, dtype=torch.float32, device=device)
+
+    def partials(self, num_tokens: int, num_splits: int) -> SplitPartials | None:
+        """Views ``[T, H, S, D]`` and ``[T, H, S]`` for ``num_splits`` splits; ``None`` for
+        one split (the kernel then writes its output directly)."""
+        if num_splits == 1:
+            return None
+        rows = num_tokens * self._heads * num_splits
+        needed = rows * (self._dim + 1)
+        if self._buffer.numel() < needed:
+            size = 1 << (needed - 1).bit_length()
+            self._buffer = torch.empty(size, dtype=torch.float32, device=self._device)
+        out = self._buffer[: rows * self._dim].view(num_tokens, self._heads, num_splits, self._dim)
+        lse = self._buffer[rows * self._dim : needed].view(num_tokens, self._heads, num_splits)
+        return SplitPartials(out, lse)
 
 
 class TritonAttentionBackend(AttentionBackend):
-    """Attention through ``paged_attention`` for every ``ForwardMode``; capturable.
+    """Attention through ``split_paged_attention`` for every ``ForwardMode``; capturable.
 
-    ``forward`` queues the KV write and one kernel launch per layer and never reads a
-    device value on the host. Graph hooks: metadata is a function of the batch shape, so
-    ``plan_for_capture`` is ``plan`` and ``plan_for_replay`` only checks the shape. Several
-    forwards may share a graph: replay writes no metadata, so forwards of one shape may
-    even share theirs.
+    ``forward`` queues one kernel launch per layer (plus a merge when the keys are split),
+    which writes the KV too, and never reads a device value on the host. Graph hooks:
+    metadata is a function of the batch shape, so ``plan_for_capture`` is ``plan`` and
+    ``plan_for_replay`` only checks the shape. Several forwards may share a graph: replay
+    writes no metadata, so forwards of one shape may even share theirs (the split scratch
+    is shared too: forwards run in stream order).
     """
 
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
@@ -61,6 +102,7 @@ class TritonAttentionBackend(AttentionBackend):
         super().__init__(config)
         self._device = config.req_to_token.device
         self._cache: dict[tuple[object, ...], TritonAttentionMetadata] = {}
+        self._scratch = _SplitScratch(config.num_heads, config.head_dim, self._device)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -118,9 +160,12 @@ class TritonAttentionBackend(AttentionBackend):
         def device_int32(values: list[int]) -> torch.Tensor:
             return torch.tensor(values, dtype=torch.int32).to(self._device, non_blocking=True)
 
+        num_splits = choose_num_splits(
+            batch.num_tokens, self.config.num_kv_heads, self.config.req_to_token.shape[1]
+        )
         return TritonAttentionMetadata(
             device_int32(token_request), device_int32(own_base), device_int32(own_len),
-            tree_width, key,
+            tree_width, key, num_splits, self._scratch.partials(batch.num_tokens, num_splits),
         )
 
     @staticmethod
@@ -187,26 +232,29 @@ class TritonAttentionBackend(AttentionBackend):
         ``[T, H, D]`` as ``batch.mode`` prescribes; returns ``[T, H, D]`` in ``q.dtype``."""
         metadata = self.planned_metadata(batch, TritonAttentionMetadata)
         store = self.config.kv_store
-        store.write_kv(layer, batch.out_cache_loc, k, v)
+        ancestor_slots = None
         if batch.mode is ForwardMode.DRAFT_DECODE:
             assert batch.draft_kv_slots is not None
-            own_slots = batch.draft_kv_slots.reshape(-1)
-        else:
-            own_slots = batch.out_cache_loc
+            ancestor_slots = batch.draft_kv_slots.reshape(-1).contiguous()
         tree_mask = batch.tree_mask if metadata.tree_width else None
-        return paged_attention(
-            q.contiguous(),
+        return split_paged_attention(
+            q,
+            k,
+            v,
             store.k_buffer(layer),
             store.v_buffer(layer),
             store.layout.order,
+            batch.out_cache_loc.contiguous(),
             self.config.req_to_token,
             batch.req_pool_indices,
             batch.prefix_lens,
             metadata.token_request,
             metadata.own_base,
             metadata.own_len,
-            own_slots.contiguous(),
+            ancestor_slots,
             tree_mask.contiguous() if tree_mask is not None else None,
             metadata.tree_width,
             self.config.scaling,
+            metadata.num_splits,
+            metadata.partials,
         )

@@ -1,5 +1,10 @@
 """Triton kernel for paged attention in every forward mode, one query token per program.
 
+The baseline: ``TritonAttentionBackend`` runs ``attention_split_kernels`` (query heads of a
+GQA group together, split over the keys, KV write fused); this kernel stays as the
+reference point of ``benchmarks/bench_attention.py``. It expects the forward's K/V already
+written to the cache.
+
 One program per (query token, query head). A query token reads two runs of keys:
 
 * its request's cached prefix: slots ``req_to_token[row, 0 : prefix_len]``, all visible;
