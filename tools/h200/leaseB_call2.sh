@@ -5,7 +5,7 @@ START=$(date +%s)
 source tools/h200/env.sh
 bash tools/h200/stage_b.sh || exit 1
 mkdir -p /root/train $OUT/conformance
-UNROLL=3 setsid nohup bash tools/h200/train_head2.sh > /root/train/daemon.log 2>&1 < /dev/null &
+PRE=1 UNROLL=3 setsid nohup bash tools/h200/train_head2.sh > /root/train/daemon.log 2>&1 < /dev/null &
 sleep 1
 timeout 120 python3 dbg/chain_dbg.py 2>&1 | grep -E "PASS|FAIL|seconds" | tee $OUT/chain_dbg.txt
 timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests -rs -k "not tensor_parallel and not train_draft" 2>&1 | tail -8 | tee $OUT/gpu_tests.txt

@@ -16,4 +16,5 @@ EAGLE_HAL_CHAIN_GRAPH=0 timeout 60 python3 -m eagle_hal bench --device cuda:0 --
 timeout 70 python3 -m eagle_hal bench --device cuda:0 --backend cuda --model $GGUF --draft $HEAD \
   --dataset $MTBENCH --num-prompts 10 --max-new-tokens 128 --batch-sizes 1 --no-split \
   --modes plain,chain,tree --dtype float32 --out $OUT/bench/fp32 2>&1 | grep -E "^bench|tokens/s"
+timeout 90 python3 benchmarks/bench_attention.py 2>&1 | tail -40 > $OUT/bench/attention.txt; tail -40 $OUT/bench/attention.txt
 rm -f $OUT/bench/*/*.png

@@ -3,6 +3,9 @@
 # calls can use the lease meanwhile. Logs and the head land under /root/train.
 mkdir -p /root/train
 cd "$(dirname "$0")/../.." && source tools/h200/env.sh
+# PRE=1: run from the snapshot carried in .stage/pre (the code before a change under test)
+if [ "${PRE:-0}" = 1 ]; then export PYTHONPATH=/tmp/site:$PWD/.stage/pre/core:$PWD/.stage/pre/cuda; fi
+python3 -c "import eagle_hal; print('eagle_hal from', eagle_hal.__file__)"
 UNROLL=${UNROLL:-3}
 {
   python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
