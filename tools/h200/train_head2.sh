@@ -10,11 +10,11 @@ UNROLL=${UNROLL:-3}
 {
   python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
     --out /root/train/eagle1-smollm2-135m-instruct --data /root/train/smollm2.data.safetensors \
-    --num-prompts 60000 --gen-batch-size 256 --max-new-tokens 256 --seed 0 --time-budget-min 4.5 \
+    --num-prompts 60000 --gen-batch-size 256 --max-new-tokens 256 --seed 0 --time-budget-min 4 \
     > /root/train/data.log 2>&1 &&
   python3 -m eagle_hal train-draft --stage train --device cuda:0 --model "$GGUF" \
     --out /root/train/eagle1-smollm2-135m-instruct --data /root/train/smollm2.data.safetensors \
-    --steps 12000 --batch-size 32 --unroll-steps "$UNROLL" --seed 0 --time-budget-min 4.5 --validate-every 1000 \
+    --steps 12000 --batch-size 32 --unroll-steps "$UNROLL" --seed 0 --time-budget-min 4 --validate-every 1000 \
     > /root/train/train.log 2>&1
   echo $? > /root/train/rc
 }
