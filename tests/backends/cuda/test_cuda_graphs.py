@@ -64,13 +64,17 @@ def test_plain_decoding_with_graphs_equals_eager(cuda_backend, pair, batch):
 
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 3, 4), (4, 3, 16), (2, 4, 8)])
 @pytest.mark.parametrize("batch", [1, 5])
-def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, nodes, batch):
+@pytest.mark.parametrize("chain_graph", ["0", "1"])
+def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, nodes, batch,
+                                             chain_graph, monkeypatch):
     """EAGLE with captured draft/verify/extend forwards equals plain decoding (float32);
-    a chain's whole draft loop replays as one graph."""
+    with EAGLE_HAL_CHAIN_GRAPH=1 a chain's whole draft loop replays as one graph (the
+    verify keeps it lossless even where the draft disagrees with the eager loop)."""
+    monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", chain_graph)
     target, head = pair
     expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),
                            PROMPTS[:batch], graphs=False)
     got, llm = generate(cuda_backend, target, head, SpecConfig(steps, topk, nodes),
                         PROMPTS[:batch], graphs=True)
     assert got == expected and llm.runner.graphs.num_graphs > 0
-    assert (llm.runner.graphs.chain_replays > 0) == (topk == 1)
+    assert (llm.runner.graphs.chain_replays > 0) == (topk == 1 and chain_graph == "1")

@@ -29,6 +29,12 @@ from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_e
 
 pytest.importorskip("triton")
 
+
+@pytest.fixture(autouse=True)
+def _chain_graphs_on(monkeypatch):
+    """The chain loop graph is opt-in in the engine; these tests exercise it."""
+    monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", "1")
+
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 30))]
 PARAMS = SamplingParams(max_new_tokens=6)
 
@@ -244,3 +250,15 @@ def test_chain_decoding_with_the_chain_graph_is_lossless(backends, pair, head_ki
     got_one = [o.token_ids for o in llm.generate(PROMPTS[1:2], PARAMS)]
     assert got == expected and got_one == expected[1:2]
     assert llm.runner.graphs.chain_replays > 0 and llm.used_pages == 0
+
+
+def test_chain_loop_graph_is_off_unless_asked_for(backends, pair, monkeypatch):
+    """Without EAGLE_HAL_CHAIN_GRAPH=1 a chain's draft steps replay one graph each."""
+    monkeypatch.delenv("EAGLE_HAL_CHAIN_GRAPH")
+    target, head = pair
+    spec = SpecConfig(num_steps=3, topk=1, num_draft_tokens=4)
+    llm = LLM.from_models(backends[2], target, head, spec=spec, seed=0)
+    llm.runner.enable_graphs((4,))
+    got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
+    assert got == plain(backends[0], target, PROMPTS)
+    assert llm.runner.graphs.chain_replays == 0 and llm.runner.graphs.replays > 0
