@@ -1,9 +1,15 @@
-"""hal.graphs: merging the host updates of several forwards captured in one graph."""
+"""hal.graphs: merging the host updates of several forwards captured in one graph; what a
+recorded graph keeps alive."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import weakref
+
 import pytest
-from eagle_hal.hal.graphs import merge_host_updates
+import torch
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 
 
 def test_lists_concatenate_key_by_key_in_capture_order():
@@ -25,3 +31,39 @@ def test_a_value_that_is_not_a_list_is_refused():
     """A value without per-call entries cannot be merged across forwards."""
     with pytest.raises(TypeError, match="'lengths' is a tuple"):
         merge_host_updates([{"lengths": (3,)}])
+
+
+class _ForgetfulGraph(DeviceGraph):
+    """Holds nothing of what it captured, like a CUDA graph object."""
+
+    def replay(self, host_updates=None):
+        pass
+
+
+class _NullCapture(GraphCapture):
+    def new_graph(self):
+        return _ForgetfulGraph()
+
+    def capture(self, graph):
+        return contextlib.nullcontext()
+
+
+def test_record_keeps_the_bodys_tensors_alive_as_long_as_the_graph():
+    """A device graph replays reads of memory its body's closure owns (the chain loop's
+    position offsets were such a tensor): record must keep them from being freed and
+    reallocated while the graph lives, and let them go with it."""
+
+    def make_body():
+        offsets = torch.arange(4)  # referenced by the closure alone
+        return (lambda: offsets * 2), weakref.ref(offsets)
+
+    body, offsets = make_body()
+    graph = _NullCapture().new_graph()
+    out = _NullCapture().record(graph, body)
+    assert torch.equal(out, torch.arange(4) * 2)
+    del body
+    gc.collect()
+    assert offsets() is not None, "the graph let its body's tensor be freed"
+    del graph
+    gc.collect()
+    assert offsets() is None

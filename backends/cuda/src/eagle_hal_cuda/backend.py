@@ -23,13 +23,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["CudaBackend"]
 
 
-CHAIN_GRAPH_REASON = (
-    "H200, torch 2.11 + CUDA 13, 2026-12-03: the one-graph chain draft loop's tokens differ "
-    "from the step-by-step loop from the second replay on (cause not found; the strict CPU "
-    "emulation agrees); the engine replays chains step by step unless EAGLE_HAL_CHAIN_GRAPH=1"
-)
-
-
 class CudaBackend(Backend):
     """NVIDIA GPUs: Triton attention and sampling ops, CUDA-graph capture."""
 
@@ -60,11 +53,6 @@ class CudaBackend(Backend):
         from eagle_hal_cuda.graphs import CudaGraphCapture
 
         return CudaGraphCapture(self.torch_device)
-
-    def known_failures(self) -> dict[str, str]:
-        """The chain-loop graph (opt-in, ``EAGLE_HAL_CHAIN_GRAPH=1``) disagreed with the eager
-        loop on an H200 from its second replay on; the engine keeps it off."""
-        return {"graphs/chain_loop_equals_eager": CHAIN_GRAPH_REASON}
 
     def kv_layout(self) -> KVLayout:
         """NHD storage (``[slots, kv_heads, head_dim]``), int64 slots, any page size."""

@@ -152,18 +152,6 @@ class RocmBackend(Backend):
             return TritonSamplingOps(**self.launch_params().as_kwargs())
         return super().sampling_ops()
 
-    def known_failures(self) -> dict[str, str]:
-        """On the GPU: the chain-loop graph check, which failed through the same CUDA-graph
-        API on an H200 (the engine keeps that graph off); nothing off the GPU."""
-        if not self._on_gpu:
-            return {}
-        return {
-            "graphs/chain_loop_equals_eager": (
-                "failed on an NVIDIA H200 through the CUDA-graph API HIP graphs share (see "
-                "eagle_hal_cuda.backend.CHAIN_GRAPH_REASON); never run on AMD hardware"
-            )
-        }
-
     def graph_capture(self) -> GraphCapture | None:
         """HIP graphs through the CUDA-graph API; ``None`` off the GPU."""
         if not self._on_gpu:

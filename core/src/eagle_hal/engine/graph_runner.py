@@ -103,10 +103,10 @@ class GraphRunner:
         self.replays = 0  # single forwards served by a graph (for diagnostics and tests)
         self.chain_replays = 0  # whole draft chain loops served by a graph
         # The chain loop as one graph (``chain_graph``) is opt-in: EAGLE_HAL_CHAIN_GRAPH=1.
-        # On an H200 (CUDA graphs) its replays disagreed with the eager loop from the second
-        # replay on (conformance check graphs/chain_loop_equals_eager; chain accept length
-        # 1.76 against 2.23 eagerly); the strict CPU emulation agrees. Until that is
-        # understood, chains replay one graph per draft step.
+        # On an H200 its replays disagreed with the eager loop from the second replay on
+        # (chain accept length 1.76 against 2.23). The likely cause, a tensor only the
+        # captured body referred to (freed after capture, its memory reused), is fixed in
+        # ``GraphCapture.record``, but that fix has not run on a device yet.
         self.chain_graphs = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "0") == "1"
 
     @property

@@ -54,7 +54,15 @@ def merge_host_updates(
 
 
 class DeviceGraph(abc.ABC):
-    """One captured graph."""
+    """One captured graph.
+
+    ``recorded`` holds what ``GraphCapture.record`` captured (the body and, through its
+    closure, every tensor only the body refers to) for as long as the graph lives: a
+    device graph reads those tensors' memory at every replay, so they must not be freed
+    and handed out again when the capturing code drops its last reference.
+    """
+
+    recorded: Any = None
 
     @abc.abstractmethod
     def replay(self, host_updates: dict[str, Any] | None = None) -> None:
@@ -80,6 +88,7 @@ class GraphCapture(abc.ABC):
         """Capture ``body()`` into ``graph`` and return what it returned: the static
         outputs each replay overwrites. The core captures through this method; the default
         runs ``body`` inside ``capture(graph)``."""
+        graph.recorded = body  # the body's closure owns tensors the replays read
         with self.capture(graph):
             return body()
 
