@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from types import ModuleType
@@ -30,6 +31,7 @@ from types import ModuleType
 from eagle_hal.backend import Availability
 
 __all__ = [
+    "OptInLibrary",
     "AUTOLOAD_ENV",
     "TorchImport",
     "import_torch",
@@ -194,3 +196,47 @@ def probe_torch_extension(
     return probe_device_module(
         result.torch, device_type, label=label, visible_devices_env=visible_devices_env
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class OptInLibrary:
+    """A vendor kernel library a backend uses only when ``variable`` is set to 1, decided
+    without importing it: ``module`` the import name, ``feature`` what it serves (for
+    messages), ``fallback`` what runs instead."""
+
+    module: str
+    variable: str
+    feature: str
+    fallback: str
+
+    def requested(self, environ: Mapping[str, str]) -> tuple[bool, str | None]:
+        """Whether ``variable`` opts in, and a message when its value is neither 0 nor 1."""
+        value = environ.get(self.variable, "")
+        if value in ("", "0"):
+            return False, None
+        if value != "1":
+            return False, f"{self.variable}={value!r} is neither 0 nor 1; {self.module} not used"
+        return True, None
+
+    def installed(self) -> bool:
+        """Whether ``module`` is imported or importable (its spec is found; not imported)."""
+        if sys.modules.get(self.module) is not None:
+            return True
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    def probe_note(self, environ: Mapping[str, str] | None = None) -> str:
+        """One clause for a probe's report: off, asked for but missing, or on."""
+        environ = os.environ if environ is None else environ
+        requested, problem = self.requested(environ)
+        if problem:
+            return problem
+        installed = self.installed()
+        if not requested:
+            state = "installed" if installed else "not installed"
+            return f"{self.feature} off ({state}; opt in with {self.variable}=1)"
+        if not installed:
+            return f"{self.variable}=1 but {self.module} is not installed: {self.fallback}"
+        return f"{self.variable}=1: {self.feature} where the model's geometry allows"

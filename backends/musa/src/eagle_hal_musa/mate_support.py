@@ -21,11 +21,11 @@ This module imports mate only inside ``resolve_mate``; ``probe_note`` does not i
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+from eagle_hal.probing import OptInLibrary
 
 __all__ = ["MATE_ENV", "MATE_COMPUTE_CAPABILITIES", "MateChoice", "probe_note", "resolve_mate"]
 
@@ -42,13 +42,7 @@ class MateChoice(NamedTuple):
     reason: str
 
 
-def _requested(environ: dict[str, str]) -> tuple[bool, str | None]:
-    value = environ.get(MATE_ENV, "")
-    if value in ("", "0"):
-        return False, None
-    if value != "1":
-        return False, f"{MATE_ENV}={value!r} is neither 0 nor 1; mate not used"
-    return True, None
+_MATE = OptInLibrary("mate", MATE_ENV, "mate flash attention", "attention on SDPA")
 
 
 def resolve_mate(
@@ -60,7 +54,7 @@ def resolve_mate(
     (no architecture check).
     """
     environ = os.environ if environ is None else environ
-    requested, problem = _requested(environ)
+    requested, problem = _MATE.requested(environ)
     if problem:
         return MateChoice(None, None, problem)
     if not requested:
@@ -98,25 +92,6 @@ def resolve_mate(
     )
 
 
-def _installed() -> bool:
-    if sys.modules.get("mate") is not None:
-        return True
-    try:
-        return importlib.util.find_spec("mate") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def probe_note(environ: dict[str, str] | None = None) -> str:
     """One clause for the probe's report, without importing mate."""
-    environ = os.environ if environ is None else environ
-    requested, problem = _requested(environ)
-    if problem:
-        return problem
-    installed = _installed()
-    if not requested:
-        state = "installed" if installed else "not installed"
-        return f"mate flash attention off ({state}; opt in with {MATE_ENV}=1)"
-    if not installed:
-        return f"{MATE_ENV}=1 but mate is not installed: attention on SDPA"
-    return f"{MATE_ENV}=1: mate flash attention where the model's geometry allows"
+    return _MATE.probe_note(environ)

@@ -20,11 +20,11 @@ This module imports aiter only inside ``resolve_aiter``; ``probe_note`` does not
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+from eagle_hal.probing import OptInLibrary
 
 __all__ = ["AITER_ENV", "PAGED_DECODE_ARCHS", "AiterChoice", "probe_note", "resolve_aiter"]
 
@@ -41,13 +41,7 @@ class AiterChoice(NamedTuple):
     reason: str
 
 
-def _requested(environ: dict[str, str]) -> tuple[bool, str | None]:
-    value = environ.get(AITER_ENV, "")
-    if value in ("", "0"):
-        return False, None
-    if value != "1":
-        return False, f"{AITER_ENV}={value!r} is neither 0 nor 1; aiter not used"
-    return True, None
+_AITER = OptInLibrary("aiter", AITER_ENV, "aiter paged decode", "decode on the shared path")
 
 
 def resolve_aiter(gcn_arch_name: str | None, environ: dict[str, str] | None = None) -> AiterChoice:
@@ -57,7 +51,7 @@ def resolve_aiter(gcn_arch_name: str | None, environ: dict[str, str] | None = No
     ``None`` off the GPU (no architecture check).
     """
     environ = os.environ if environ is None else environ
-    requested, problem = _requested(environ)
+    requested, problem = _AITER.requested(environ)
     if problem:
         return AiterChoice(None, None, problem)
     if not requested:
@@ -95,25 +89,6 @@ def resolve_aiter(gcn_arch_name: str | None, environ: dict[str, str] | None = No
     )
 
 
-def _installed() -> bool:
-    if sys.modules.get("aiter") is not None:
-        return True
-    try:
-        return importlib.util.find_spec("aiter") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def probe_note(environ: dict[str, str] | None = None) -> str:
     """One clause for the probe's report, without importing aiter."""
-    environ = os.environ if environ is None else environ
-    requested, problem = _requested(environ)
-    if problem:
-        return problem
-    installed = _installed()
-    if not requested:
-        state = "installed" if installed else "not installed"
-        return f"aiter paged decode off ({state}; opt in with {AITER_ENV}=1)"
-    if not installed:
-        return f"{AITER_ENV}=1 but aiter is not installed: decode on the shared path"
-    return f"{AITER_ENV}=1: aiter paged decode where the model's geometry allows"
+    return _AITER.probe_note(environ)
