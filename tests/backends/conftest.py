@@ -4,10 +4,12 @@
 strings and a device namespace), so a probe can be judged against a CUDA, ROCm, XPU or
 CPU-only build without one. ``fake_extension`` writes a real package on ``sys.path`` (for
 instance a ``torch_npu`` whose import raises), so the import system itself is exercised.
+``load_sibling_module`` loads a vendor op emulation kept beside its tests.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import textwrap
 from pathlib import Path
@@ -76,3 +78,21 @@ def fake_extension(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 def stand_ins():
     """The builders above, for tests: ``stand_ins.torch(...)``, ``stand_ins.devices(...)``."""
     return SimpleNamespace(torch=fake_torch, devices=device_namespace)
+
+
+def load_sibling_module(path: Path):
+    """The Python file ``path`` as a module, loaded once (test directories are not
+    packages), under a name made from its folder and file name."""
+    name = f"eagle_hal_tests_{path.parent.name}_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def sibling_module():
+    """``load_sibling_module``, for the vendor folders' conftests."""
+    return load_sibling_module

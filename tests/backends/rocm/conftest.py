@@ -3,31 +3,16 @@ a fake ``aiter`` module."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-_NAME = "eagle_hal_tests_rocm_aiter_emulation"
-
-
-def load_emulation():
-    """``tests/backends/rocm/aiter_emulation.py`` as a module (test directories are not
-    packages)."""
-    if _NAME not in sys.modules:
-        path = Path(__file__).with_name("aiter_emulation.py")
-        spec = importlib.util.spec_from_file_location(_NAME, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[_NAME] = module
-        spec.loader.exec_module(module)
-    return sys.modules[_NAME]
-
 
 @pytest.fixture(scope="session")
-def aiter_emulation():
+def aiter_emulation(sibling_module):
     """The emulation module (never the real aiter)."""
-    return load_emulation()
+    return sibling_module(Path(__file__).with_name("aiter_emulation.py"))
 
 
 @pytest.fixture
