@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from eagle_hal.train.selfdistill import DistillConfig, file_sha256, user_turn_prefix
+
+from .conftest import EOS
 
 
 def test_user_turn_prefix(tiny_chat):
@@ -45,3 +48,48 @@ def test_zero_time_budget_says_what_to_do(tiny_chat, cpu_backend):
     config = DistillConfig(num_prompts=4, max_prompt_tokens=4, max_new_tokens=4, time_budget_s=0.0)
     with pytest.raises(RuntimeError, match="time budget"):
         generate_dataset(cpu_backend, target, tokenizer, config, progress=False)
+
+
+def test_openers_condition_the_user_prompts(tiny_chat, tiny_chat_model, cpu_backend):
+    """Greedy prompts: each user message is its opener followed by what HF transformers'
+    greedy decoding of the same model continues from the user-turn prefix plus that opener
+    (so the target was conditioned on the opener, not just handed it afterwards)."""
+    from eagle_hal.train.selfdistill import generate_dataset, user_turn_prefix
+    from transformers import AutoModelForCausalLM
+
+    target, tokenizer = tiny_chat
+    openers = ("w5 w6", "w9", "w7 w8")
+    config = DistillConfig(
+        num_prompts=6, max_prompt_tokens=4, max_new_tokens=2, prompt_temperatures=(0.0,),
+        prompt_openers=openers, validation_fraction=0.34,
+    )
+    assert [config.opener(i) for i in range(4)] == ["w5 w6", "w9", "w7 w8", "w5 w6"]
+    data = generate_dataset(cpu_backend, target, tokenizer, config, progress=False)
+    assert data.info.prompt_openers == openers
+    assert data.num_sequences == 3  # greedy: the second round repeats the first, dropped
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny_chat_model, torch_dtype=torch.float32)
+    prefix = user_turn_prefix(tokenizer)
+    expected = set()
+    for opener in openers:
+        context = prefix + tokenizer.encode(opener, add_special_tokens=False)
+        out = hf.generate(
+            torch.tensor([context]), max_new_tokens=4, do_sample=False, eos_token_id=EOS,
+            pad_token_id=0,
+        )[0, len(context):].tolist()
+        if EOS in out:
+            out = out[: out.index(EOS)]
+        expected.add(tuple(context[len(prefix):] + out))
+    users = [tuple(data.sequence(i)[len(prefix):]) for i in range(data.num_sequences)]
+    assert {next((e for e in expected if u[: len(e)] == e), u) for u in users} == expected
+
+
+def test_train_draft_rejects_bad_temperatures():
+    import argparse
+
+    from eagle_hal.commands.train_draft import _floats
+
+    assert _floats("0,0.5, 1") == (0.0, 0.5, 1.0)
+    for bad in ("", "a,b", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _floats(bad)

@@ -28,6 +28,31 @@ __all__ = ["add_arguments", "run"]
 _DATA_SHARE = 0.45  # of the time budget, under --stage all
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected one or more temperatures >= 0, got {text!r}")
+    return values
+
+
+def _openers(spec: str) -> tuple[str, ...]:
+    from eagle_hal.train.selfdistill import BUILTIN_PROMPT_OPENERS
+
+    if spec == "builtin":
+        return BUILTIN_PROMPT_OPENERS
+    if spec == "none":
+        return ()
+    path = Path(spec)
+    if not path.is_file():
+        raise SystemExit(
+            f"--prompt-openers: {spec!r} is neither 'builtin', 'none' nor a readable file"
+        )
+    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("where")
     where.add_argument(
@@ -65,6 +90,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--max-new-tokens", type=int, default=256)
     data.add_argument("--gen-batch-size", type=int, default=128, help="requests decoded together")
     data.add_argument("--validation-fraction", type=float, default=0.05)
+    data.add_argument(
+        "--prompt-openers",
+        default="builtin",
+        help="openers that steer the kind of user prompt the target writes: 'builtin' (a "
+        "generic list, see selfdistill.BUILTIN_PROMPT_OPENERS), 'none' (free prompts only), "
+        "or a UTF-8 text file with one opener a line (an empty line = a free prompt)",
+    )
+    data.add_argument(
+        "--prompt-temperatures",
+        type=_floats,
+        default=(0.8, 1.0, 1.2),
+        help="comma-separated temperatures the user prompts cycle through",
+    )
+    data.add_argument(
+        "--answer-temperatures",
+        type=_floats,
+        default=(0.0, 0.0, 0.5, 0.8),
+        help="comma-separated temperatures the answers cycle through (0 = greedy)",
+    )
     train = parser.add_argument_group("training")
     train.add_argument("--steps", type=int, default=3000)
     train.add_argument("--batch-size", type=int, default=32, help="sequences per step")
@@ -100,6 +144,8 @@ def _command_line(args: argparse.Namespace) -> str:
         if key in skip or value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
+        if isinstance(value, tuple):
+            value = ",".join(f"{v:g}" for v in value)
         words += [flag] if value is True else [flag, str(value)]
     return shlex.join(words)
 
@@ -192,6 +238,9 @@ def _generate(
         num_prompts=args.num_prompts,
         max_prompt_tokens=args.max_prompt_tokens,
         max_new_tokens=args.max_new_tokens,
+        prompt_temperatures=args.prompt_temperatures,
+        answer_temperatures=args.answer_temperatures,
+        prompt_openers=_openers(args.prompt_openers),
         validation_fraction=args.validation_fraction,
         seed=args.seed,
         max_batch_size=args.gen_batch_size,

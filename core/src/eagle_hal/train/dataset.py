@@ -40,6 +40,7 @@ class DatasetInfo:
     top_p: float
     generation_seconds: float
     command: str = ""
+    prompt_openers: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -47,8 +48,9 @@ class DatasetInfo:
     @classmethod
     def from_json(cls, text: str) -> DatasetInfo:
         raw = json.loads(text)
-        for key in ("prompt_temperatures", "answer_temperatures"):
-            raw[key] = tuple(raw[key])
+        for key in ("prompt_temperatures", "answer_temperatures", "prompt_openers"):
+            if key in raw:
+                raw[key] = tuple(raw[key])
         return cls(**raw)
 
 

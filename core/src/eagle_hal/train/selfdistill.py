@@ -3,9 +3,11 @@
 No external data set is read and no benchmark prompt is ever seen. For each prompt index:
 
 1. the chat template's opening of a user turn (system prompt included, when the template
-   adds one) is the context; the target samples the user's message until it ends its turn
-   (EOS) or reaches ``max_prompt_tokens`` — temperatures cycle through
-   ``prompt_temperatures``, each request has its own seed;
+   adds one) is the context, followed by an opener (``prompt_openers``, optional: a few
+   generic words such as "Write a Python function" that steer the kind of request; the
+   free, unsteered prompt is one of them); the target samples the rest of the user's
+   message until it ends its turn (EOS) or reaches ``max_prompt_tokens`` — temperatures
+   cycle through ``prompt_temperatures``, each request has its own seed;
 2. that message, put back through the chat template with the assistant's generation
    prompt, is answered by the target (temperatures cycle through ``answer_temperatures``,
    0 is greedy) until EOS or ``max_new_tokens``.
@@ -32,12 +34,42 @@ from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
 __all__ = [
-    "ChatTokenizer", "DistillConfig", "file_sha256", "generate_dataset", "graph_buckets",
+    "BUILTIN_PROMPT_OPENERS", "ChatTokenizer", "DistillConfig", "file_sha256", "generate_dataset", "graph_buckets",
     "user_turn_prefix",
 ]
 
 _MARKER = "\u2402EAGLE-HAL-USER-TURN\u2402"  # never produced by a tokenizer's decode
 _MIN_CANCELLED_ANSWER = 16  # a time-budget cut keeps partial answers at least this long
+
+# Generic openers of a user's request, written for eagle-hal (no data set's or benchmark's
+# prompts): the kinds of work people ask a chat model for — writing, advice, explanation,
+# role play, reasoning, arithmetic, code, editing, extraction. "" leaves the prompt free.
+BUILTIN_PROMPT_OPENERS: tuple[str, ...] = (
+    "",
+    "",
+    "Write a",
+    "Explain",
+    "How can I",
+    "What are the",
+    "Can you help me",
+    "Describe",
+    "Pretend you are",
+    "You are a",
+    "Solve",
+    "Calculate",
+    "If a",
+    "Write a Python function",
+    "Write a program",
+    "Fix this code:",
+    "Rewrite the following",
+    "Summarize",
+    "Here is a text.",
+    "From the text below,",
+    "Compare",
+    "Give me a list of",
+    "Compose",
+    "Tell me",
+)
 
 
 class ChatTokenizer(Protocol):
@@ -66,6 +98,7 @@ class DistillConfig:
     max_prompt_tokens: int = 96
     max_new_tokens: int = 256
     prompt_temperatures: tuple[float, ...] = (0.8, 1.0, 1.2)
+    prompt_openers: tuple[str, ...] = ()  # () = every prompt free (plain Magpie)
     answer_temperatures: tuple[float, ...] = (0.0, 0.0, 0.5, 0.8)
     top_p: float = 0.95
     validation_fraction: float = 0.05
@@ -84,6 +117,13 @@ class DistillConfig:
             raise ValueError(
                 f"validation_fraction must lie in (0, 1), got {self.validation_fraction}"
             )
+
+    def opener(self, index: int) -> str:
+        """The opener of prompt ``index``: each opener meets every prompt temperature."""
+        if not self.prompt_openers:
+            return ""
+        turn = index // len(self.prompt_temperatures)
+        return self.prompt_openers[turn % len(self.prompt_openers)]
 
     @property
     def validation_every(self) -> int:
@@ -136,6 +176,7 @@ class _Job:
     index: int  # prompt index
     answering: bool
     temperature: float
+    opener_ids: tuple[int, ...] = ()  # the prompt's opener, before what the target wrote
     prompt_ids: list[int] | None = None  # the templated prompt, once answering
 
 
@@ -186,6 +227,10 @@ def generate_dataset(
         )
     engine = llm.engine
     prefix = user_turn_prefix(tokenizer)
+    opener_ids = {
+        text: tuple(tokenizer.encode(text, add_special_tokens=False)) if text else ()
+        for text in set(config.prompt_openers) | {""}
+    }
     eos = tuple(tokenizer.eos_token_ids)
     started = time.perf_counter()
     budget = config.time_budget_s
@@ -237,9 +282,10 @@ def generate_dataset(
             and not stop_issuing
         ):
             temperature = config.prompt_temperatures[issued % len(config.prompt_temperatures)]
+            opener = opener_ids[config.opener(issued)]
             submit(
-                prefix,
-                _Job(issued, answering=False, temperature=temperature),
+                prefix + list(opener),
+                _Job(issued, answering=False, temperature=temperature, opener_ids=opener),
                 config.max_prompt_tokens,
             )
             issued += 1
@@ -259,7 +305,9 @@ def generate_dataset(
                 else:
                     bar.total -= 1
                 continue
-            user_text = tokenizer.decode(request.output_ids, skip_special_tokens=True).strip()
+            user_text = tokenizer.decode(
+                list(job.opener_ids) + list(request.output_ids), skip_special_tokens=True
+            ).strip()
             if failed or not user_text or user_text in seen_prompts:
                 bar.total -= 1
                 continue
@@ -297,6 +345,7 @@ def generate_dataset(
         max_prompt_tokens=config.max_prompt_tokens,
         max_new_tokens=config.max_new_tokens,
         prompt_temperatures=config.prompt_temperatures,
+        prompt_openers=config.prompt_openers,
         answer_temperatures=config.answer_temperatures,
         top_p=config.top_p,
         generation_seconds=round(seconds, 1),

@@ -307,8 +307,12 @@ def _merge_splits_kernel(
 def _dot_in_float32(q_dtype: torch.dtype, cache_dtype: torch.dtype) -> bool:
     """Float32 dot operands unless ``q`` and the cache share a 16-bit dtype. Triton's
     interpreter holds bfloat16 as raw 16-bit integers and multiplies them as such in
-    ``tl.dot``, so interpreted bfloat16 gets float32 operands too."""
+    ``tl.dot``, so interpreted bfloat16 gets float32 operands too.
+    ``EAGLE_HAL_ATTN_FP32_DOT=1`` forces float32 operands for 16-bit caches as well
+    (slower; for measuring what 16-bit dot operands cost in accuracy)."""
     if q_dtype != cache_dtype or cache_dtype == torch.float32:
+        return True
+    if os.environ.get("EAGLE_HAL_ATTN_FP32_DOT") == "1":
         return True
     return cache_dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
 
