@@ -68,8 +68,8 @@ def test_plain_decoding_with_graphs_equals_eager(cuda_backend, pair, batch):
 def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, nodes, batch,
                                              chain_graph, monkeypatch):
     """EAGLE with captured draft/verify/extend forwards equals plain decoding (float32);
-    with EAGLE_HAL_CHAIN_GRAPH=1 a chain's whole draft loop replays as one graph (the
-    verify keeps it lossless even where the draft disagrees with the eager loop)."""
+    by default a chain's whole draft loop replays as one graph, with
+    EAGLE_HAL_CHAIN_GRAPH=0 step by step."""
     monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", chain_graph)
     target, head = pair
     expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),

@@ -32,8 +32,9 @@ pytest.importorskip("triton")
 
 @pytest.fixture(autouse=True)
 def _chain_graphs_on(monkeypatch):
-    """The chain loop graph is opt-in in the engine; these tests exercise it."""
-    monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", "1")
+    """The chain loop graph is on by default; these tests exercise it (whatever the
+    environment they run in says)."""
+    monkeypatch.delenv("EAGLE_HAL_CHAIN_GRAPH", raising=False)
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 30))]
 PARAMS = SamplingParams(max_new_tokens=6)
@@ -252,9 +253,9 @@ def test_chain_decoding_with_the_chain_graph_is_lossless(backends, pair, head_ki
     assert llm.runner.graphs.chain_replays > 0 and llm.used_pages == 0
 
 
-def test_chain_loop_graph_is_off_unless_asked_for(backends, pair, monkeypatch):
-    """Without EAGLE_HAL_CHAIN_GRAPH=1 a chain's draft steps replay one graph each."""
-    monkeypatch.delenv("EAGLE_HAL_CHAIN_GRAPH")
+def test_chain_loop_graph_can_be_turned_off(backends, pair, monkeypatch):
+    """With EAGLE_HAL_CHAIN_GRAPH=0 a chain's draft steps replay one graph each."""
+    monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", "0")
     target, head = pair
     spec = SpecConfig(num_steps=3, topk=1, num_draft_tokens=4)
     llm = LLM.from_models(backends[2], target, head, spec=spec, seed=0)

@@ -183,7 +183,7 @@ def test_chain_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
     scene = RunnerScene(backend, seed=zlib.crc32(b"chain") % 1000)
     runner, graphs = scene.runner, scene.runner.graphs
     assert scene.graphs_on and graphs is not None
-    graphs.chain_graphs = True  # opt-in in the engine (EAGLE_HAL_CHAIN_GRAPH); checked here
+    graphs.chain_graphs = True  # on in the engine unless EAGLE_HAL_CHAIN_GRAPH=0; checked here
     assert runner.draft_attn is not None
     if not runner.draft_attn.multi_forward_graphs:
         pytest.skip(f"{type(runner.draft_attn).__name__} does not declare multi_forward_graphs: "
