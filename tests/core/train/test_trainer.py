@@ -57,3 +57,42 @@ def test_exhausted_time_budget_stops_after_one_step(cpu_backend):
     result = train_eagle1(cpu_backend, target, _dataset(), config, progress=False)
     assert result.steps == 1
     assert [p.step for p in result.validations] == [1]
+
+
+def test_time_budget_refits_the_schedule_to_the_later_step_time(cpu_backend, monkeypatch):
+    """Steps 10-40 are slow (150 ms on a fake clock), later ones fast (50 ms), as on the
+    H200. The first fit shortens the run; the refits from later windows lengthen it back,
+    so the run uses the budget a 50 ms step affords (counted by hand below) and still ends
+    within it."""
+    import eagle_hal.train.trainer as trainer
+
+    clock = {"t": 0.0, "steps": 0}
+
+    def fake_perf_counter():
+        return clock["t"]
+
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def clip_and_tick(*args, **kwargs):  # one training step passes: advance the clock
+        clock["steps"] += 1
+        clock["t"] += 0.15 if clock["steps"] <= 40 else 0.05
+        return real_clip(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.time, "perf_counter", fake_perf_counter)
+    monkeypatch.setattr(trainer.torch.nn.utils, "clip_grad_norm_", clip_and_tick)
+    target = tiny_target(seed=53, vocab=61)
+    budget = 60.0
+    config = TrainConfig(
+        steps=5000,
+        batch_size=2,
+        validate_every=100_000,
+        validation_prompts=1,
+        validation_new_tokens=2,
+        time_budget_s=budget,
+    )
+    result = train_eagle1(cpu_backend, target, _dataset(), config, progress=False)
+    # by hand: 40 steps take 40 * 0.15 = 6 s; the 85 % of 60 s left after them affords
+    # (51 - 6) / 0.05 = 900 more steps at 50 ms, 940 in all. A single fit at step 40 would
+    # have stopped at 339 steps (the first line the trainer prints).
+    assert 850 <= result.steps <= 945
+    assert clock["t"] <= budget
