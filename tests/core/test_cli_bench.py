@@ -80,3 +80,48 @@ def test_match_with_plain_counts_identical_outputs_and_the_common_prefix() -> No
     # second output diverges at its third token (later agreement does not count)
     got = match_with_plain([[1, 2, 3, 4], [5, 6, 9, 8]], plain)
     assert got == {"identical_outputs": 0.5, "prefix_tokens": 6 / 8}
+
+
+@pytest.mark.parametrize("mode", ["plain", "chain"])
+def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
+    """The timed run shrinks from 4 requests to 1 as they finish; the warm-up (one short
+    generation per bucket up to the batch size) has captured every graph it needs, so no
+    capture happens while it is timed. Warming up at the batch size only would not."""
+    from eagle_hal.api import LLM
+    from eagle_hal.backends.cpu.backend import CpuBackend
+    from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.testing.graphs import EmulatedGraphCapture
+
+    class Replaying(CpuBackend):
+        def graph_capture(self):
+            return EmulatedGraphCapture()
+
+    reference = select_backend("cpu")
+    backend = Replaying(reference.descriptor, reference.device_spec)
+    target = near_bigram_target(seed=5)
+    draft = None if mode == "plain" else matching_eagle1(target, noise=0.02)
+    config = bench.BenchConfig(batch_sizes=(4,), max_new_tokens=6, steps=2, topk=1)
+    llm = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
+                          max_batch_size=4, max_context=256, seed=0)
+    assert llm.runner.enable_graphs()
+    smaller = sorted((b for b in llm.runner.graphs.buckets if b < 4), reverse=True)
+    assert bench.warm_up_sizes(llm, 4) == [4, *smaller] and 1 in smaller
+    graphs_at_call = []
+    generate = llm.generate
+
+    def counting_generate(prompts, params):
+        graphs_at_call.append(llm.runner.graphs.num_graphs)
+        return generate(prompts, params)
+
+    llm.generate = counting_generate
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32]]  # 4, then 1
+    bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
+    assert llm.runner.graphs.num_graphs == graphs_at_call[-1] > 0  # none during the timed run
+    # the oracle that this can fail: a fresh engine warmed at 4 only captures while timed
+    fresh = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
+                            max_batch_size=4, max_context=256, seed=0)
+    fresh.runner.enable_graphs()
+    fresh.generate(prompts[:4], SamplingParams(max_new_tokens=6))
+    before = fresh.runner.graphs.num_graphs
+    fresh.generate(prompts, SamplingParams(max_new_tokens=6))
+    assert fresh.runner.graphs.num_graphs > before

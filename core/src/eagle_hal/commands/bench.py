@@ -1,7 +1,9 @@
 """``eagle-hal bench``: plain vs speculative decoding, per mode and batch size, in one run.
 
 For every mode (``plain``, ``chain``, ``tree``, ``adaptive``) and batch size it builds an
-engine over the same loaded models, warms it up (graph capture included), then decodes the
+engine over the same loaded models, warms it up (graph capture included: one short
+generation per graph bucket the run passes through as its requests finish, as a server
+captures its graphs at start-up), then decodes the
 prompts twice: once untimed-per-phase for throughput (output tokens/s, accept length), once
 with per-phase synchronisation for the split of an iteration into draft / verify / accept /
 draft-extend. Speedups are over ``plain`` at the same batch size in the same run. With
@@ -143,13 +145,25 @@ def _parse_prompts(text: str, kind: str) -> list[str]:
 # -- measurement ---------------------------------------------------------------------------
 
 
+def warm_up_sizes(llm: Any, batch_size: int) -> list[int]:
+    """Batch sizes to warm ``llm`` up with before timing, largest first: ``batch_size`` and,
+    with device graphs on, every smaller graph bucket. As requests finish, a run at
+    ``batch_size`` shrinks through those buckets; without this their graphs (and, in the
+    adaptive mode, each bucket's depth warm-up) would be captured inside the timed run."""
+    graphs = getattr(llm.runner, "graphs", None)
+    if graphs is None:
+        return [batch_size]
+    return [batch_size] + [b for b in reversed(graphs.buckets) if b < batch_size]
+
+
 def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
              split: bool) -> dict[str, Any]:
     from eagle_hal.spec.worker import IterationTimes
 
     backend = llm.backend
-    warm = [prompts[i % len(prompts)] for i in range(batch_size)]
-    llm.generate(warm, dataclasses.replace(params, max_new_tokens=min(32, params.max_new_tokens)))
+    warm_params = dataclasses.replace(params, max_new_tokens=min(32, params.max_new_tokens))
+    for size in warm_up_sizes(llm, batch_size):
+        llm.generate([prompts[i % len(prompts)] for i in range(size)], warm_params)
     backend.synchronize()
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
