@@ -82,7 +82,7 @@ def test_match_with_plain_counts_identical_outputs_and_the_common_prefix() -> No
     assert got == {"identical_outputs": 0.5, "prefix_tokens": 6 / 8}
 
 
-@pytest.mark.parametrize("mode", ["plain", "chain"])
+@pytest.mark.parametrize("mode", ["plain", "chain", "tree"])
 def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     """The timed run shrinks from 4 requests to 1 as they finish; the warm-up (one short
     generation per bucket up to the batch size) has captured every graph it needs, so no
@@ -100,7 +100,8 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     backend = Replaying(reference.descriptor, reference.device_spec)
     target = near_bigram_target(seed=5)
     draft = None if mode == "plain" else matching_eagle1(target, noise=0.02)
-    config = bench.BenchConfig(batch_sizes=(4,), max_new_tokens=6, steps=2, topk=1)
+    config = bench.BenchConfig(batch_sizes=(4,), max_new_tokens=6, steps=2, topk=2,
+                               draft_tokens=4)
     llm = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
                           max_batch_size=4, max_context=256, seed=0)
     assert llm.runner.enable_graphs()

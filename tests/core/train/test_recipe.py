@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from eagle_hal.train.recipe import TrainConfig
+from eagle_hal.train.recipe import Schedule, TrainConfig
 
 
 def test_warmup_then_cosine():
@@ -25,6 +25,32 @@ def test_shortened_run_ends_at_the_floor():
     """A run cut to fewer steps (a time budget) still reaches the floor at its end."""
     config = TrainConfig(steps=1000, lr=1e-3, warmup_fraction=0.05, min_lr_ratio=0.0)
     assert config.learning_rate(299, total_steps=300) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_refitted_schedule_has_no_jumps_and_ends_at_the_floor():
+    """A run planned for 5,000 steps, refitted to 339 at step 40 and to 940 at step 240 (a
+    time budget timing slow early steps, then fast later ones): the rate rises only during
+    the warm-up, moves by no more than a small step at each refit, and reaches the floor
+    at the last step. The oracle is the shape asked for, checked step by step."""
+    config = TrainConfig(steps=5000, lr=1e-3, warmup_fraction=0.05, min_lr_ratio=0.1)
+    schedule = Schedule(config)
+    rates = []
+    for step in range(940):
+        if step == 40:
+            schedule.refit(step, 339)  # warm-up (was 250) becomes 17 steps: already over
+        if step == 240:
+            schedule.refit(step, 940)
+        rates.append(schedule.learning_rate(step))
+    peak = rates.index(max(rates))
+    assert peak <= 40
+    after = rates[peak:]
+    assert all(a >= b for a, b in zip(after, after[1:]))  # never rises after the warm-up
+    assert max(a - b for a, b in zip(after, after[1:])) < 0.02 * config.lr
+    assert rates[-1] == pytest.approx(config.min_lr_ratio * config.lr, rel=0.01)
+    # a run that keeps its length follows TrainConfig.learning_rate exactly
+    plain = Schedule(config, 300)
+    assert [plain.learning_rate(s) for s in range(300)] == [
+        config.learning_rate(s, total_steps=300) for s in range(300)]
 
 
 @pytest.mark.parametrize(

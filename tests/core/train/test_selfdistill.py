@@ -90,6 +90,55 @@ def test_train_draft_rejects_bad_temperatures():
     from eagle_hal.commands.train_draft import _floats
 
     assert _floats("0,0.5, 1") == (0.0, 0.5, 1.0)
-    for bad in ("", "a,b", "-1"):
+    for bad in ("", "a,b", "-1", "nan", "0.5,inf"):
         with pytest.raises(argparse.ArgumentTypeError):
             _floats(bad)
+
+
+def test_openers_file(tmp_path):
+    """One opener a line (a byte-order mark is not part of the first); an empty file or a
+    missing one is an error that says what to give instead."""
+    from eagle_hal.commands.train_draft import _openers
+    from eagle_hal.train.selfdistill import BUILTIN_PROMPT_OPENERS
+
+    path = tmp_path / "openers.txt"
+    path.write_text("Write a\n\nSolve\n", encoding="utf-8-sig")
+    assert _openers(str(path)) == ("Write a", "", "Solve")
+    assert _openers("builtin") == BUILTIN_PROMPT_OPENERS and _openers("none") == ()
+    path.write_text("")
+    with pytest.raises(SystemExit, match="none"):
+        _openers(str(path))
+    with pytest.raises(SystemExit, match="neither"):
+        _openers(str(tmp_path / "missing.txt"))
+
+
+def test_recorded_command_reproduces_the_stage():
+    """The recorded command spells out every setting of its stage, temperatures exactly;
+    a --stage train command leaves the data stage's settings out."""
+    import argparse
+    import shlex
+
+    from eagle_hal.commands.train_draft import _command_line, add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    data = parser.parse_args(["--stage", "data", "--out", "h", "--prompt-temperatures",
+                              "0.123456789,1"])
+    words = shlex.split(_command_line(data))
+    assert words[words.index("--prompt-temperatures") + 1] == "0.123456789,1.0"
+    assert parser.parse_args(words[2:]).prompt_temperatures == (0.123456789, 1.0)
+    train = shlex.split(_command_line(parser.parse_args(["--stage", "train", "--out", "h"])))
+    assert "--steps" in train
+    assert not {"--prompt-temperatures", "--num-prompts", "--prompt-openers"} & set(train)
+
+
+def test_data_files_from_before_openers_still_load():
+    """Provenance written before ``prompt_openers`` existed loads with no openers."""
+    import json
+
+    from eagle_hal.train.dataset import DatasetInfo
+
+    info = DatasetInfo("t", "", 0, 6, 4, 8, (1.0,), (0.0,), 1.0, 0.0)
+    raw = json.loads(info.to_json())
+    del raw["prompt_openers"]
+    assert DatasetInfo.from_json(json.dumps(raw)) == info

@@ -61,38 +61,45 @@ def test_exhausted_time_budget_stops_after_one_step(cpu_backend):
 
 def test_time_budget_refits_the_schedule_to_the_later_step_time(cpu_backend, monkeypatch):
     """Steps 10-40 are slow (150 ms on a fake clock), later ones fast (50 ms), as on the
-    H200. The first fit shortens the run; the refits from later windows lengthen it back,
-    so the run uses the budget a 50 ms step affords (counted by hand below) and still ends
-    within it."""
+    H200, and each validation (every 100 steps) takes 2 s. The first fit shortens the run;
+    the refit from the next window lengthens it back, timing steps without the validations
+    and budgeting those apart, so the run uses what the budget affords (counted by hand
+    below) and still ends within it."""
+    import types
+
     import eagle_hal.train.trainer as trainer
 
     clock = {"t": 0.0, "steps": 0}
+    monkeypatch.setattr(trainer, "time", types.SimpleNamespace(perf_counter=lambda: clock["t"]))
+    real_clip = trainer.torch.nn.utils.clip_grad_norm_
 
-    def fake_perf_counter():
-        return clock["t"]
-
-    real_clip = torch.nn.utils.clip_grad_norm_
-
-    def clip_and_tick(*args, **kwargs):  # one training step passes: advance the clock
+    def clip_and_tick(*args, **kwargs):  # one training step passes
         clock["steps"] += 1
         clock["t"] += 0.15 if clock["steps"] <= 40 else 0.05
         return real_clip(*args, **kwargs)
 
-    monkeypatch.setattr(trainer.time, "perf_counter", fake_perf_counter)
+    def slow_accept_length(*args, **kwargs):  # one validation passes
+        clock["t"] += 2.0
+        return 1.0
+
     monkeypatch.setattr(trainer.torch.nn.utils, "clip_grad_norm_", clip_and_tick)
+    monkeypatch.setattr(trainer, "engine_accept_length", slow_accept_length)
     target = tiny_target(seed=53, vocab=61)
-    budget = 60.0
+    budget = 100.0
     config = TrainConfig(
         steps=5000,
         batch_size=2,
-        validate_every=100_000,
+        validate_every=100,
         validation_prompts=1,
         validation_new_tokens=2,
         time_budget_s=budget,
     )
     result = train_eagle1(cpu_backend, target, _dataset(), config, progress=False)
-    # by hand: 40 steps take 40 * 0.15 = 6 s; the 85 % of 60 s left after them affords
-    # (51 - 6) / 0.05 = 900 more steps at 50 ms, 940 in all. A single fit at step 40 would
-    # have stopped at 339 steps (the first line the trainer prints).
-    assert 850 <= result.steps <= 945
+    # by hand: at step 40, 6 s spent: (85 - 6) / 0.15 + 40 = 566 steps. At step 240, 20 s
+    # spent (6 + 200 x 0.05 + the validations at 100 and 200); steps take 0.05 s, plus
+    # 2 s per 100 steps of validation: (85 - 20) / 0.07 + 240 = 1168 steps. At step 440
+    # 34 s are spent, past 30 % of the budget: no more refits. Timing the window with its
+    # validations in would give (85 - 20) / 0.09 + 240 = 962; without the validations
+    # budgeted, (85 - 20) / 0.05 + 240 = 1540, past the hard stop.
+    assert result.steps == 1168
     assert clock["t"] <= budget

@@ -148,8 +148,10 @@ def _parse_prompts(text: str, kind: str) -> list[str]:
 def warm_up_sizes(llm: Any, batch_size: int) -> list[int]:
     """Batch sizes to warm ``llm`` up with before timing, largest first: ``batch_size`` and,
     with device graphs on, every smaller graph bucket. As requests finish, a run at
-    ``batch_size`` shrinks through those buckets; without this their graphs (and, in the
-    adaptive mode, each bucket's depth warm-up) would be captured inside the timed run."""
+    ``batch_size`` shrinks through those buckets; without this their graphs would be
+    captured inside the timed run. In the adaptive mode a bucket's depth warm-up and later
+    probes capture graphs too; the warm-up generation (up to 32 tokens) covers the first
+    and not always the probes."""
     graphs = getattr(llm.runner, "graphs", None)
     if graphs is None:
         return [batch_size]

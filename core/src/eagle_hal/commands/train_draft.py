@@ -17,6 +17,7 @@ under ``all``, data generation gets 45% of it and training what is left.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 import time
@@ -28,13 +29,22 @@ __all__ = ["add_arguments", "run"]
 _DATA_SHARE = 0.45  # of the time budget, under --stage all
 
 
+# settings only the data stage reads: left out of a --stage train command line
+_DATA_ONLY = frozenset({
+    "num_prompts", "max_prompt_tokens", "max_new_tokens", "gen_batch_size",
+    "validation_fraction", "prompt_openers", "prompt_temperatures", "answer_temperatures",
+})
+
+
 def _floats(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
-    if not values or any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected one or more temperatures >= 0, got {text!r}")
+    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"expected one or more finite temperatures >= 0, got {text!r}"
+        )
     return values
 
 
@@ -50,7 +60,10 @@ def _openers(spec: str) -> tuple[str, ...]:
         raise SystemExit(
             f"--prompt-openers: {spec!r} is neither 'builtin', 'none' nor a readable file"
         )
-    return tuple(line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    openers = tuple(line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines())
+    if not openers:
+        raise SystemExit(f"--prompt-openers: {spec} holds no line ('none' for free prompts)")
+    return openers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -140,12 +153,14 @@ def _command_line(args: argparse.Namespace) -> str:
     """The command, with every setting spelled out, that reproduces this run."""
     words = ["eagle-hal", "train-draft"]
     skip = {"run", "command", "no_progress"}
+    if args.stage == "train":  # the data stage's settings do not apply
+        skip |= _DATA_ONLY
     for key, value in sorted(vars(args).items()):
         if key in skip or value is None or value is False:
             continue
         flag = "--" + key.replace("_", "-")
         if isinstance(value, tuple):
-            value = ",".join(f"{v:g}" for v in value)
+            value = ",".join(repr(v) for v in value)
         words += [flag] if value is True else [flag, str(value)]
     return shlex.join(words)
 
@@ -170,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     budget = None if args.time_budget_min is None else 60.0 * args.time_budget_min
     progress = not args.no_progress
     command = _command_line(args)
+    openers = _openers(args.prompt_openers) if args.stage != "train" else ()  # before loading
 
     backend = select_backend(args.device, backend=args.backend)
     dtype = _dtype(args.dtype, backend)
@@ -186,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
             None if budget is None else budget * (_DATA_SHARE if args.stage == "all" else 1.0)
         )
         dataset = _generate(
-            args, backend, target, tokenizer, model_path, sha, command, data_budget, progress
+            args, backend, target, tokenizer, model_path, sha, command, data_budget, progress,
+            openers,
         )
         dataset.save(data_path)
         seconds = max(dataset.info.generation_seconds, 1e-3)
@@ -231,6 +248,7 @@ def _generate(
     command: str,
     budget: float | None,
     progress: bool,
+    openers: tuple[str, ...],
 ) -> Any:
     from eagle_hal.train.selfdistill import DistillConfig, generate_dataset
 
@@ -240,7 +258,7 @@ def _generate(
         max_new_tokens=args.max_new_tokens,
         prompt_temperatures=args.prompt_temperatures,
         answer_temperatures=args.answer_temperatures,
-        prompt_openers=_openers(args.prompt_openers),
+        prompt_openers=openers,
         validation_fraction=args.validation_fraction,
         seed=args.seed,
         max_batch_size=args.gen_batch_size,

@@ -106,7 +106,8 @@ class GraphRunner:
         # On an H200 it equals the eager loop (conformance ``graphs/chain_loop_equals_eager``;
         # the same chain accept length, 1.98, step by step and as one graph) and runs chain
         # decoding 1.63x faster (docs/benchmarks/README.md, third session).
-        self.chain_graphs = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "1") != "0"
+        setting = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "1").strip().lower()
+        self.chain_graphs = setting not in ("0", "false", "off", "no")
 
     @property
     def num_graphs(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-__all__ = ["TrainConfig"]
+__all__ = ["Schedule", "TrainConfig"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -69,11 +69,48 @@ class TrainConfig:
 
     def learning_rate(self, step: int, total_steps: int | None = None) -> float:
         """The learning rate of 0-based ``step`` in a run of ``total_steps`` (default
-        ``steps``; a time budget may shorten the run)."""
-        total = total_steps or self.steps
-        warmup = max(1, round(self.warmup_fraction * total))
-        if step < warmup:
-            return self.lr * (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
+        ``steps``) that keeps its length; ``Schedule`` follows a run that refits it."""
+        return Schedule(self, total_steps).learning_rate(step)
+
+
+class Schedule:
+    """``config``'s learning-rate schedule over a run whose length a time budget may refit
+    (``refit``) while it runs, without jumps: refitted during the warm-up, the warm-up
+    follows the new length; refitted after it, the warm-up stays as it was and the cosine
+    goes on from where it is down to its floor at the new last step. So the rate never
+    rises again once the warm-up is over."""
+
+    __slots__ = ("_anchor", "_config", "_warmup", "total")
+
+    def __init__(self, config: TrainConfig, total_steps: int | None = None) -> None:
+        self._config = config
+        self.total = total_steps or config.steps
+        self._warmup: int | None = None  # fixed once the warm-up is over
+        self._anchor: tuple[int, float] | None = None  # (step, cosine progress) of a refit
+
+    @property
+    def warmup(self) -> int:
+        if self._warmup is not None:
+            return self._warmup
+        return max(1, round(self._config.warmup_fraction * self.total))
+
+    def progress(self, step: int) -> float:
+        """How far along the cosine ``step`` is, in [0, 1]."""
+        if self._anchor is not None:
+            start, done = self._anchor
+            return min(1.0, done + (1.0 - done) * (step - start) / max(1, self.total - start))
+        return min(1.0, max(0.0, (step - self.warmup) / max(1, self.total - self.warmup)))
+
+    def refit(self, step: int, total_steps: int) -> None:
+        """From ``step`` on, the run ends after ``total_steps`` steps."""
+        if step >= self.warmup:
+            self._anchor = (step, self.progress(step))
+            self._warmup = self.warmup
+        self.total = total_steps
+
+    def learning_rate(self, step: int) -> float:
+        config = self._config
+        if step < self.warmup:
+            return config.lr * (step + 1) / self.warmup
+        cosine = 0.5 * (1.0 + math.cos(math.pi * self.progress(step)))
+        return config.lr * (config.min_lr_ratio + (1.0 - config.min_lr_ratio) * cosine)

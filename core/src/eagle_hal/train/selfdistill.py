@@ -14,7 +14,7 @@ No external data set is read and no benchmark prompt is ever seen. For each prom
 
 Both phases run on the engine with plain decoding (no draft head), many requests at once;
 an answer is queued the moment its prompt is written, so the batch stays full. Empty and
-duplicate prompts are dropped. Every ``round(1 / validation_fraction)``-th prompt is held
+duplicate prompts (and prompts that are the opener alone) are dropped. Every ``round(1 / validation_fraction)``-th prompt is held
 out for validation.
 """
 
@@ -308,7 +308,9 @@ def generate_dataset(
             user_text = tokenizer.decode(
                 list(job.opener_ids) + list(request.output_ids), skip_special_tokens=True
             ).strip()
-            if failed or not user_text or user_text in seen_prompts:
+            written = tokenizer.decode(request.output_ids, skip_special_tokens=True)
+            wrote_nothing = not written.strip()  # the opener alone is no prompt
+            if failed or wrote_nothing or user_text in seen_prompts:
                 bar.total -= 1
                 continue
             seen_prompts.add(user_text)

@@ -15,7 +15,9 @@ latest window of steps every ``_RETIME_EVERY`` steps while less than ``_REFIT_UN
 budget is spent: early steps run slower (new batch shapes, allocator growth; on an H200 152 ms a
 step over steps 10-40 against 54 ms on average over 5,000), so a single early estimate cut
 runs to a third of what the budget allowed. The refit can lengthen the run back up to
-``steps``. Validation time is left out of the step timing. A hard stop guards it all.
+``steps``; the learning rate follows without jumps (``recipe.Schedule``). Validation time is
+left out of the step timing and budgeted apart, from the validations so far. A hard stop
+guards it all.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from eagle_hal.train.dataset import DistillDataset
 from eagle_hal.train.evaluate import ValidationPoint, engine_accept_length, top1_accuracy
 from eagle_hal.train.features import FeatureStore
 from eagle_hal.train.loss import unrolled_eagle1_loss
-from eagle_hal.train.recipe import TrainConfig
+from eagle_hal.train.recipe import Schedule, TrainConfig
 
 __all__ = ["Checkpoint", "TrainResult", "init_eagle1", "train_eagle1"]
 
@@ -121,6 +123,7 @@ def train_eagle1(
     noise_generator = torch.Generator(device=device).manual_seed(config.seed)
     prompts = [dataset.prompt(i) for i in val_ids[: config.validation_prompts].tolist()]
     total_steps, order, cursor = config.steps, torch.empty(0, dtype=torch.int64), 0
+    schedule = Schedule(config)
     losses: list[float] = []
     validations: list[ValidationPoint] = []
     bar = tqdm(
@@ -187,7 +190,7 @@ def train_eagle1(
                 generator=noise_generator,
             )
         for group in optimizer.param_groups:
-            group["lr"] = config.learning_rate(step, total_steps)
+            group["lr"] = schedule.learning_rate(step)
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), config.grad_clip)
@@ -229,10 +232,13 @@ def train_eagle1(
                 and (first_window or elapsed <= _REFIT_UNTIL * budget)
             ):
                 per_step = (now - validating[0] - window_start) / window
+                if validations:  # the validations still to come, spread over the steps
+                    per_step += validating[0] / len(validations) / config.validate_every
                 affordable = int((budget * (1 - _BUDGET_RESERVE) - elapsed) / per_step) + step
                 fitted = max(step + 1, min(config.steps, affordable))
                 if fitted != total_steps:
                     total_steps = fitted
+                    schedule.refit(step, total_steps)
                     bar.total = total_steps
                     bar.write(
                         f"time budget: {per_step * 1000:.0f} ms a step, schedule set to "
