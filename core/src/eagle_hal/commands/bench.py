@@ -149,9 +149,10 @@ def warm_up_sizes(llm: Any, batch_size: int) -> list[int]:
     """Batch sizes to warm ``llm`` up with before timing, largest first: ``batch_size`` and,
     with device graphs on, every smaller graph bucket. As requests finish, a run at
     ``batch_size`` shrinks through those buckets; without this their graphs would be
-    captured inside the timed run. In the adaptive mode a bucket's depth warm-up and later
-    probes capture graphs too; the warm-up generation (up to 32 tokens) covers the first
-    and not always the probes."""
+    captured inside the timed run. Not covered, so still captured while timed when first
+    seen: a draft extend over an accepted length the warm-up never had (its graphs are
+    keyed by the length), and in the adaptive mode a probe at a depth the bucket has not
+    run (the warm-up generation, up to 32 tokens, covers a bucket's depth warm-up)."""
     graphs = getattr(llm.runner, "graphs", None)
     if graphs is None:
         return [batch_size]
