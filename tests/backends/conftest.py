@@ -96,3 +96,9 @@ def load_sibling_module(path: Path):
 def sibling_module():
     """``load_sibling_module``, for the vendor folders' conftests."""
     return load_sibling_module
+
+
+@pytest.fixture(scope="session")
+def paired_attention():
+    """``paired_attention.py``: one paged KV state behind an adapter and the reference."""
+    return load_sibling_module(Path(__file__).with_name("paired_attention.py"))

@@ -15,8 +15,8 @@ import types
 import pytest
 import torch
 from eagle_hal.device import parse_device
-from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
-from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.engine.kv_cache import KVStorage
+from eagle_hal.hal.attention import AttentionConfig, ForwardMode
 from eagle_hal.hal.kv_layout import KVLayout
 from eagle_hal.ops.attention_reference import TorchAttentionBackend, TorchAttentionMetadata
 from eagle_hal_musa import attention_mate
@@ -25,72 +25,19 @@ from eagle_hal_musa.backend import MusaBackend
 from eagle_hal_musa.mate_support import probe_note, resolve_mate
 from eagle_hal_musa.plugin import DESCRIPTOR
 
-LAYERS, HEADS, KV_HEADS, HEAD_DIM = 2, 8, 2, 64
+LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 64  # as in paired_attention.py
 
 
-class Pair:
-    """The same paged KV state behind the mate adapter and the reference backend."""
-
-    def __init__(self, op, prefix_lens, *, page_size=16, dtype=torch.bfloat16, reserve=10, seed=0):
-        torch.manual_seed(seed)
-        self.dtype = dtype
-        layout = KVLayout(page_size=page_size)
-        allocator = PageAllocator(num_pages=4096 // page_size, page_size=page_size)
-        table = RequestTokenTable(allocator, max_requests=8, max_context=1024)
-        rows = [table.add_request() for _ in prefix_lens]
-        for step in range(1, 5):  # interleaved growth: a request's pages are not contiguous
-            for row, p in zip(rows, prefix_lens):
-                table.reserve(row, (p + reserve) * step // 4)
-        self.rows, self.prefix_lens = rows[::-1], tuple(prefix_lens[::-1])
-        device_table = DeviceTokenTable(table, layout, "cpu")
-        device_table.sync()
-        self.req_to_token = device_table.tensor
-        stores = [KVStorage.for_allocator(allocator, num_layers=LAYERS, num_kv_heads=KV_HEADS,
-                                          head_dim=HEAD_DIM, layout=layout, dtype=dtype,
-                                          device="cpu") for _ in range(2)]
-        for layer in range(LAYERS):
-            for get in ("k_buffer", "v_buffer"):
-                noise = torch.randn(getattr(stores[0], get)(layer).shape)
-                for store in stores:
-                    getattr(store, get)(layer).copy_(noise)
-        configs = [AttentionConfig(HEADS, KV_HEADS, HEAD_DIM, LAYERS, HEAD_DIM**-0.5, store,
-                                   self.req_to_token) for store in stores]
-        self.mate = MateCausalAttention(configs[0], op, TorchAttentionBackend(configs[0]))
-        self.reference = TorchAttentionBackend(configs[1])
-
-    def batch(self, mode, extend_lens, **extra):
-        out = torch.cat([self.req_to_token[r, p:p + n].long()
-                         for r, p, n in zip(self.rows, self.prefix_lens, extend_lens)])
-        positions = torch.cat([torch.arange(p, p + n)
-                               for p, n in zip(self.prefix_lens, extend_lens)])
-        return ForwardBatch(
-            mode=mode, input_ids=torch.zeros(len(out), dtype=torch.long), positions=positions,
-            req_pool_indices=torch.tensor(self.rows), prefix_lens=torch.tensor(self.prefix_lens),
-            extend_lens=torch.tensor(extend_lens), out_cache_loc=out,
-            prefix_lens_cpu=self.prefix_lens, extend_lens_cpu=tuple(extend_lens), **extra,
-        )
-
-    def run(self, backend, batch, capture=False):
-        plan = backend.plan_for_capture if capture else backend.plan
-        batch.attn_metadata = plan(batch)
-        outs = []
-        for layer in range(LAYERS):
-            gen = torch.Generator().manual_seed(layer)
-            t = batch.num_tokens
-            q = torch.randn(t, HEADS, HEAD_DIM, generator=gen).to(self.dtype)
-            k = torch.randn(t, KV_HEADS, HEAD_DIM, generator=gen).to(self.dtype)
-            v = torch.randn(t, KV_HEADS, HEAD_DIM, generator=gen).to(self.dtype)
-            outs.append(backend.forward(layer, q, k, v, batch))
-        return torch.stack(outs).float()
-
-
-def assert_agree(pair, batch, capture=False):
-    got = pair.run(pair.mate, batch, capture)
-    expected = pair.run(pair.reference, batch)
-    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
-    for layer in range(LAYERS):
-        assert torch.equal(pair.mate.config.kv_store.k_buffer(layer),
-                           pair.reference.config.kv_store.k_buffer(layer))
+@pytest.fixture
+def make_pair(paired_attention):
+    """``make_pair(op, prefix_lens, **settings)``: one paged KV state behind the mate
+    adapter over ``op`` and the reference attention (``../paired_attention.py``)."""
+    def make(op, prefix_lens, **settings):
+        settings.setdefault("reserve", 10)
+        return paired_attention.PairedAttention(
+            lambda config, fallback: MateCausalAttention(config, op, fallback), prefix_lens,
+            run_seed=0, **settings)
+    return make
 
 
 CAUSAL_CASES = [(ForwardMode.EXTEND, [6, 1, 9, 3]), (ForwardMode.DECODE, [1, 1, 1, 1]),
@@ -100,57 +47,57 @@ CAUSAL_CASES = [(ForwardMode.EXTEND, [6, 1, 9, 3]), (ForwardMode.DECODE, [1, 1, 
 @pytest.mark.parametrize("mode,extend_lens", CAUSAL_CASES, ids=lambda c: getattr(c, "value", ""))
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_causal_modes_equal_the_reference(mate_emulation, mode, extend_lens, page_size, dtype):
+def test_causal_modes_equal_the_reference(make_pair, mate_emulation, mode, extend_lens, page_size, dtype):
     """Empty, short and page-crossing prefixes, ragged new tokens, GQA 4:1."""
     op = mate_emulation.FlashAttnWithKVCacheEmulation()
-    pair = Pair(op, [0, 5, 37, 130], page_size=page_size, dtype=dtype)
-    assert_agree(pair, pair.batch(mode, extend_lens))
+    pair = make_pair(op, [0, 5, 37, 130], page_size=page_size, dtype=dtype)
+    pair.assert_agree(pair.batch(mode, extend_lens))
     assert len(op.calls) == LAYERS
     assert op.calls[0] == {"causal": True, "max_seqlen_q": max(extend_lens),
                            "page_size": page_size, "batch": 4}
 
 
-def test_verify_draft_decode_and_captures_stay_on_sdpa(mate_emulation):
+def test_verify_draft_decode_and_captures_stay_on_sdpa(make_pair, mate_emulation):
     """Tree verify, draft decode and any captured forward never call mate, and agree."""
     op = mate_emulation.FlashAttnWithKVCacheEmulation()
-    pair = Pair(op, [3, 20, 70])
+    pair = make_pair(op, [3, 20, 70])
     tree = torch.tril(torch.ones(3, 4, 4, dtype=torch.bool))
-    assert_agree(pair, pair.batch(ForwardMode.TARGET_VERIFY, [4, 4, 4], tree_mask=tree))
+    pair.assert_agree(pair.batch(ForwardMode.TARGET_VERIFY, [4, 4, 4], tree_mask=tree))
     slots = torch.stack([pair.req_to_token[r, p:p + 2].long()
                          for r, p in zip(pair.rows, pair.prefix_lens) for _ in range(2)])
     draft = pair.batch(ForwardMode.DRAFT_DECODE, [2, 2, 2], draft_kv_slots=slots, num_branches=2)
     draft.out_cache_loc = slots[:, -1]
-    assert_agree(pair, draft)
+    pair.assert_agree(draft)
     decode = pair.batch(ForwardMode.DECODE, [1, 1, 1])
-    assert isinstance(pair.mate.plan_for_capture(decode), TorchAttentionMetadata)
-    assert_agree(pair, decode, capture=True)
+    assert isinstance(pair.adapter.plan_for_capture(decode), TorchAttentionMetadata)
+    pair.assert_agree(decode, capture=True)
     assert op.calls == []
 
 
-def test_reads_kv_the_engine_moved(mate_emulation):
+def test_reads_kv_the_engine_moved(make_pair, mate_emulation):
     """After KVStorage.move_kv (the accepted-path compaction) mate reads the moved K/V."""
-    pair = Pair(mate_emulation.FlashAttnWithKVCacheEmulation(), [20, 50])
+    pair = make_pair(mate_emulation.FlashAttnWithKVCacheEmulation(), [20, 50])
     src = torch.cat([pair.req_to_token[r, p:p + 3] for r, p in zip(pair.rows, pair.prefix_lens)])
     dst = torch.cat([pair.req_to_token[r, p - 3:p] for r, p in zip(pair.rows, pair.prefix_lens)])
     gen = torch.Generator().manual_seed(42)
     new_k, new_v = (torch.randn(6, KV_HEADS, HEAD_DIM, generator=gen).to(pair.dtype)
                     for _ in range(2))
-    for store in (pair.mate.config.kv_store, pair.reference.config.kv_store):
+    for store in (pair.adapter.config.kv_store, pair.reference.config.kv_store):
         store.write_kv(0, src, new_k, new_v)
         store.move_kv(src, dst)
-    assert_agree(pair, pair.batch(ForwardMode.DECODE, [1, 1]))
+    pair.assert_agree(pair.batch(ForwardMode.DECODE, [1, 1]))
 
 
-def test_a_transposed_cache_is_caught(mate_emulation, monkeypatch):
+def test_a_transposed_cache_is_caught(make_pair, mate_emulation, monkeypatch):
     """An adapter handing mate an HND-ordered page as NHD disagrees with the reference."""
     def transposed(buffer, page_size):
         pages = buffer.view(-1, page_size, *buffer.shape[1:])
         return pages.transpose(1, 2).contiguous().view(pages.shape)
 
     monkeypatch.setattr(attention_mate, "paged_view", transposed)
-    pair = Pair(mate_emulation.FlashAttnWithKVCacheEmulation(), [9, 40, 70])
+    pair = make_pair(mate_emulation.FlashAttnWithKVCacheEmulation(), [9, 40, 70])
     batch = pair.batch(ForwardMode.EXTEND, [3, 2, 4])
-    assert (pair.run(pair.mate, batch) - pair.run(pair.reference, batch)).abs().max() > 0.1
+    assert (pair.run(pair.adapter, batch) - pair.run(pair.reference, batch)).abs().max() > 0.1
 
 
 # -- the backend's choice -------------------------------------------------------------------

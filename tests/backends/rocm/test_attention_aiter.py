@@ -15,8 +15,8 @@ import types
 import pytest
 import torch
 from eagle_hal.device import parse_device
-from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
-from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.engine.kv_cache import KVStorage
+from eagle_hal.hal.attention import AttentionConfig, ForwardMode
 from eagle_hal.hal.kv_layout import KVLayout
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.testing.graphs import EmulatedGraphCapture
@@ -29,79 +29,26 @@ from eagle_hal_rocm.plugin import DESCRIPTOR
 LAYERS = 2
 
 
-class Pair:
-    """The same paged KV state behind the aiter adapter and the reference backend."""
-
-    def __init__(self, op, prefix_lens, *, page_size=16, heads=8, kv_heads=2, head_dim=64,
-                 dtype=torch.bfloat16, reserve=4, seed=0):
-        torch.manual_seed(seed)
-        self.heads, self.kv_heads, self.head_dim, self.dtype = heads, kv_heads, head_dim, dtype
-        layout = KVLayout(page_size=page_size)
-        allocator = PageAllocator(num_pages=4096 // page_size, page_size=page_size)
-        table = RequestTokenTable(allocator, max_requests=8, max_context=1024)
-        rows = [table.add_request() for _ in prefix_lens]
-        for step in range(1, 5):  # interleaved growth: a request's pages are not contiguous
-            for row, p in zip(rows, prefix_lens):
-                table.reserve(row, (p + reserve) * step // 4)
-        self.rows = rows[::-1]  # batch order differs from table-row order
-        self.prefix_lens = tuple(prefix_lens[::-1])
-        device_table = DeviceTokenTable(table, layout, "cpu")
-        device_table.sync()
-        self.req_to_token = device_table.tensor
-        stores = [KVStorage.for_allocator(allocator, num_layers=LAYERS, num_kv_heads=kv_heads,
-                                          head_dim=head_dim, layout=layout, dtype=dtype,
-                                          device="cpu") for _ in range(2)]
-        for layer in range(LAYERS):
-            for get in ("k_buffer", "v_buffer"):
-                noise = torch.randn(getattr(stores[0], get)(layer).shape)
-                for store in stores:
-                    getattr(store, get)(layer).copy_(noise)
-        configs = [AttentionConfig(heads, kv_heads, head_dim, LAYERS, head_dim**-0.5, store,
-                                   self.req_to_token) for store in stores]
-        self.aiter = AiterDecodeAttention(configs[0], op, TorchAttentionBackend(configs[0]))
-        self.reference = TorchAttentionBackend(configs[1])
-
-    def batch(self, mode, extend_lens, prefix_lens=None):
-        prefix_lens = self.prefix_lens if prefix_lens is None else prefix_lens
-        out = torch.cat([self.req_to_token[r, p:p + n].long()
-                         for r, p, n in zip(self.rows, prefix_lens, extend_lens)])
-        positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, extend_lens)])
-        return ForwardBatch(
-            mode=mode, input_ids=torch.zeros(len(out), dtype=torch.long), positions=positions,
-            req_pool_indices=torch.tensor(self.rows), prefix_lens=torch.tensor(prefix_lens),
-            extend_lens=torch.tensor(extend_lens), out_cache_loc=out,
-            prefix_lens_cpu=tuple(prefix_lens), extend_lens_cpu=tuple(extend_lens),
-        )
-
-    def qkv(self, tokens, seed):
-        gen = torch.Generator().manual_seed(seed)
-        return (torch.randn(tokens, self.heads, self.head_dim, generator=gen).to(self.dtype),
-                torch.randn(tokens, self.kv_heads, self.head_dim, generator=gen).to(self.dtype),
-                torch.randn(tokens, self.kv_heads, self.head_dim, generator=gen).to(self.dtype))
-
-    def run(self, backend, batch, seed=1):
-        batch.attn_metadata = backend.plan(batch)
-        return torch.stack([backend.forward(layer, *self.qkv(batch.num_tokens, seed + layer), batch)
-                            for layer in range(LAYERS)]).float()
-
-
-def assert_agree(pair, batch):
-    got, expected = pair.run(pair.aiter, batch), pair.run(pair.reference, batch)
-    assert got.dtype == expected.dtype
-    torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
-    for layer in range(LAYERS):  # the new K/V landed in the same slots
-        assert torch.equal(pair.aiter.config.kv_store.k_buffer(layer),
-                           pair.reference.config.kv_store.k_buffer(layer))
+@pytest.fixture
+def make_pair(paired_attention):
+    """``make_pair(op, prefix_lens, **settings)``: one paged KV state behind the aiter
+    adapter over ``op`` and the reference attention (``../paired_attention.py``)."""
+    def make(op, prefix_lens, **settings):
+        settings.setdefault("reserve", 4)
+        return paired_attention.PairedAttention(
+            lambda config, fallback: AiterDecodeAttention(config, op, fallback), prefix_lens,
+            run_seed=1, **settings)
+    return make
 
 
 @pytest.mark.parametrize("page_size", [16, 32])
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_decode_equals_the_reference(aiter_emulation, page_size, head_dim, dtype):
+def test_decode_equals_the_reference(make_pair, aiter_emulation, page_size, head_dim, dtype):
     """Ragged contexts (empty prefix, inside one page, two 256-token partitions), GQA 4:1."""
     op = aiter_emulation.PagedAttentionV1Emulation()
-    pair = Pair(op, [0, 7, 37, 300], page_size=page_size, head_dim=head_dim, dtype=dtype)
-    assert_agree(pair, pair.batch(ForwardMode.DECODE, [1, 1, 1, 1]))
+    pair = make_pair(op, [0, 7, 37, 300], page_size=page_size, head_dim=head_dim, dtype=dtype)
+    pair.assert_agree(pair.batch(ForwardMode.DECODE, [1, 1, 1, 1]))
     assert len(op.calls) == LAYERS  # one op call per layer, nothing else went to aiter
     assert op.calls[0] == {"max_context_len": 301, "num_seqs": 4, "kv_cache_layout": "NHD",
                            "block_size": page_size}
@@ -109,28 +56,28 @@ def test_decode_equals_the_reference(aiter_emulation, page_size, head_dim, dtype
 
 @pytest.mark.parametrize("mode,extend_lens", [(ForwardMode.EXTEND, [3, 1, 5, 2]),
                                               (ForwardMode.DRAFT_EXTEND, [2, 2, 1, 3])])
-def test_other_modes_stay_on_the_fallback(aiter_emulation, mode, extend_lens):
+def test_other_modes_stay_on_the_fallback(make_pair, aiter_emulation, mode, extend_lens):
     """Multi-token causal modes never reach aiter (its kernel skips them) and still agree."""
     op = aiter_emulation.PagedAttentionV1Emulation()
-    pair = Pair(op, [0, 7, 37, 300], reserve=6)
-    assert_agree(pair, pair.batch(mode, extend_lens))
+    pair = make_pair(op, [0, 7, 37, 300], reserve=6)
+    pair.assert_agree(pair.batch(mode, extend_lens))
     assert op.calls == []
 
 
-def test_decode_reads_kv_the_engine_moved(aiter_emulation):
+def test_decode_reads_kv_the_engine_moved(make_pair, aiter_emulation):
     """After KVStorage.move_kv (the accepted-path compaction) the op reads the moved K/V:
     it reads the store itself, not a copy made at write time."""
-    pair = Pair(aiter_emulation.PagedAttentionV1Emulation(), [20, 50], reserve=8)
+    pair = make_pair(aiter_emulation.PagedAttentionV1Emulation(), [20, 50], reserve=8)
     src = torch.cat([pair.req_to_token[r, p:p + 3] for r, p in zip(pair.rows, pair.prefix_lens)])
     dst = torch.cat([pair.req_to_token[r, p - 3:p] for r, p in zip(pair.rows, pair.prefix_lens)])
     new_k, new_v = pair.qkv(6, 42)[1:]
-    for store in (pair.aiter.config.kv_store, pair.reference.config.kv_store):
+    for store in (pair.adapter.config.kv_store, pair.reference.config.kv_store):
         store.write_kv(0, src, new_k, new_v)
         store.move_kv(src, dst)
-    assert_agree(pair, pair.batch(ForwardMode.DECODE, [1, 1]))
+    pair.assert_agree(pair.batch(ForwardMode.DECODE, [1, 1]))
 
 
-def test_a_transposed_cache_is_caught(aiter_emulation, monkeypatch):
+def test_a_transposed_cache_is_caught(make_pair, aiter_emulation, monkeypatch):
     """An adapter handing the op an HND-ordered cache as NHD disagrees with the reference
     (or is refused): the emulation reads aiter's layout, not ours."""
     def transposed(buffer, page_size):
@@ -138,26 +85,26 @@ def test_a_transposed_cache_is_caught(aiter_emulation, monkeypatch):
         return pages.transpose(1, 2).contiguous().view(pages.shape)
 
     monkeypatch.setattr(attention_aiter, "paged_view", transposed)
-    pair = Pair(aiter_emulation.PagedAttentionV1Emulation(), [9, 40, 70])
+    pair = make_pair(aiter_emulation.PagedAttentionV1Emulation(), [9, 40, 70])
     batch = pair.batch(ForwardMode.DECODE, [1, 1, 1])
     try:
-        got = pair.run(pair.aiter, batch)
+        got = pair.run(pair.adapter, batch)
     except ValueError:
         return
     assert (got - pair.run(pair.reference, batch)).abs().max() > 0.1
 
 
-def test_graph_replay_with_longer_contexts(aiter_emulation):
+def test_graph_replay_with_longer_contexts(make_pair, aiter_emulation):
     """Captured once at full-row width; replays see new slots and lengths written in place."""
     op = aiter_emulation.PagedAttentionV1Emulation()
-    pair = Pair(op, [3, 30, 255], reserve=4)
+    pair = make_pair(op, [3, 30, 255], reserve=4)
     static = pair.batch(ForwardMode.DECODE, [1, 1, 1])
-    static.attn_metadata = pair.aiter.plan_for_capture(static)
+    static.attn_metadata = pair.adapter.plan_for_capture(static)
     assert static.attn_metadata.max_context_len == pair.req_to_token.shape[1]
     q, k, v = pair.qkv(3, 5)
     capture = EmulatedGraphCapture()
     graph = capture.new_graph()
-    out = capture.record(graph, lambda: pair.aiter.forward(0, q, k, v, static))
+    out = capture.record(graph, lambda: pair.adapter.forward(0, q, k, v, static))
     first = pair.batch(ForwardMode.DECODE, [1, 1, 1])  # the capture wrote K/V: so must the oracle
     first.attn_metadata = pair.reference.plan(first)
     pair.reference.forward(0, q, k, v, first)
@@ -169,8 +116,8 @@ def test_graph_replay_with_longer_contexts(aiter_emulation):
         static.prefix_lens_cpu = prefix_lens
         new_q, new_k, new_v = pair.qkv(3, 10 + step)
         q.copy_(new_q), k.copy_(new_k), v.copy_(new_v)
-        pair.aiter.plan_for_replay(static, static.attn_metadata)
-        assert pair.aiter.replay_host_updates(static, static.attn_metadata) is None
+        pair.adapter.plan_for_replay(static, static.attn_metadata)
+        assert pair.adapter.replay_host_updates(static, static.attn_metadata) is None
         graph.replay()
         fresh.attn_metadata = pair.reference.plan(fresh)
         expected = pair.reference.forward(0, new_q, new_k, new_v, fresh)
@@ -178,14 +125,14 @@ def test_graph_replay_with_longer_contexts(aiter_emulation):
     assert {c["max_context_len"] for c in op.calls} == {pair.req_to_token.shape[1]}
 
 
-def test_refuses_a_geometry_the_op_does_not_take(aiter_emulation):
+def test_refuses_a_geometry_the_op_does_not_take(make_pair, aiter_emulation):
     """Page size 64, float32 and head size 48 are refused with the reason."""
     op = aiter_emulation.PagedAttentionV1Emulation()
     for kwargs, reason in (({"page_size": 64}, "page size 64"),
                            ({"dtype": torch.float32}, "KV dtype torch.float32"),
                            ({"head_dim": 48}, "head size 48")):
         with pytest.raises(ValueError, match=reason):
-            Pair(op, [4], **kwargs)
+            make_pair(op, [4], **kwargs)
 
 
 # -- the backend's choice -------------------------------------------------------------------
