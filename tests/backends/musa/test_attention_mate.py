@@ -47,7 +47,8 @@ CAUSAL_CASES = [(ForwardMode.EXTEND, [6, 1, 9, 3]), (ForwardMode.DECODE, [1, 1, 
 @pytest.mark.parametrize("mode,extend_lens", CAUSAL_CASES, ids=lambda c: getattr(c, "value", ""))
 @pytest.mark.parametrize("page_size", [1, 16, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_causal_modes_equal_the_reference(make_pair, mate_emulation, mode, extend_lens, page_size, dtype):
+def test_causal_modes_equal_the_reference(make_pair, mate_emulation, mode, extend_lens, page_size,
+                                          dtype):
     """Empty, short and page-crossing prefixes, ragged new tokens, GQA 4:1."""
     op = mate_emulation.FlashAttnWithKVCacheEmulation()
     pair = make_pair(op, [0, 5, 37, 130], page_size=page_size, dtype=dtype)
