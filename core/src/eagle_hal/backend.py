@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -193,11 +194,15 @@ class Backend(abc.ABC):
     def model_kernels(self) -> ModelKernels:
         """The kernels a model's layers run between GEMMs (RMSNorm, residual add + RMSNorm,
         rotary, SwiGLU's gate): the shared Triton ones where ``capabilities.triton`` says
-        Triton runs on this device, else the pure-torch reference. Override to supply
-        others."""
+        Triton runs on this device, with the projections of small forwards fused into them
+        unless ``EAGLE_HAL_FUSED_LINEAR=0``; else the pure-torch reference. Override to
+        supply others."""
         if self.capabilities.triton:
             from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
 
+            setting = os.environ.get("EAGLE_HAL_FUSED_LINEAR", "1").strip().lower()
+            if setting in ("0", "false", "off", "no"):  # GEMMs at every size (for A/B runs)
+                return dataclasses.replace(TRITON_MODEL_KERNELS, fused_linear=None)
             return TRITON_MODEL_KERNELS
         from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 

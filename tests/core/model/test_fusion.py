@@ -177,3 +177,59 @@ def test_tensor_parallel_rank_fuses_its_own_shards(tmp_path, hf_tiny):
         assert torch.equal(attention._qkv[1], expected_bias)
         gate_up = torch.cat([local(f"mlp.{p}_proj.weight") for p in ("gate", "up")])
         assert torch.equal(model.model.layers[1].mlp._gate_up, gate_up)
+
+
+def counting(kernels, calls: list[str]):
+    """``kernels`` whose fused projections record each call's name in ``calls``."""
+    import dataclasses
+
+    fused = kernels.fused_linear
+
+    def spy(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return getattr(fused, name)(*args, **kwargs)
+        return call
+
+    wrapped = dataclasses.replace(
+        fused, qkv_rotary=spy("qkv_rotary"), gate_up_silu=spy("gate_up_silu"),
+        linear=spy("linear"),
+    )
+    return dataclasses.replace(kernels, fused_linear=wrapped)
+
+
+@pytest.mark.parametrize("length,fused_path", [(5, True), (33, False)])
+def test_small_forwards_take_the_fused_projections(length, fused_path, hf_tiny, runtime_for):
+    """Forwards of at most ``max_tokens`` rows run every layer through the fused projection
+    kernels (four calls a layer), larger ones through the GEMMs; both give HF's logits."""
+    hf_model, directory = hf_tiny("qwen2", seed=8)
+    model = load_hf_model(directory)
+    calls: list[str] = []
+    kernels = counting(kernels_named("triton"), calls)
+    assert kernels.fused_linear.max_tokens == 32
+    model.fuse_for_inference(kernels)
+    prompt = prompts_for(model.config.vocab_size, [length], seed=9)[0]
+    runtime = runtime_for(model.config)
+    with torch.no_grad():
+        out = model(runtime.causal_batch([runtime.new_request()], [prompt]), runtime.backend)
+    layers = model.config.num_layers
+    expected = ["qkv_rotary", "linear", "gate_up_silu", "linear"] * layers if fused_path else []
+    assert calls == expected
+    torch.testing.assert_close(model.compute_logits(out.hidden_states),
+                               hf_logits(hf_model, prompt), atol=ATOL, rtol=0)
+
+
+def test_fused_linear_can_be_switched_off(monkeypatch):
+    """``EAGLE_HAL_FUSED_LINEAR=0`` gives the Triton kernels without the fused projections
+    (for A/B measurements)."""
+    from eagle_hal.backend import Backend
+
+    class TritonBackend:
+        capabilities = type("Caps", (), {"triton": True})()
+
+    if not HAS_TRITON:
+        pytest.skip("needs triton")
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR", "0")
+    assert Backend.model_kernels(TritonBackend()).fused_linear is None
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR", "1")
+    assert Backend.model_kernels(TritonBackend()).fused_linear is not None

@@ -10,6 +10,11 @@ it through ``eagle_hal.model.fusion.fuse_for_inference``.
 Every implementation must match the reference's numerics: float32 statistics and angles,
 each intermediate rounded to the activation dtype where the reference rounds it. Kernels
 are for inference: they need not support autograd.
+
+A backend may also fuse the projections themselves with what surrounds them
+(``FusedLinearKernels``): for forwards of a few tokens, where every GEMM is a
+matrix-vector product bound by its launch and weight read, a layer then takes four launches
+besides attention instead of nine. Larger forwards keep the GEMMs and the kernels above.
 """
 
 from __future__ import annotations
@@ -19,7 +24,29 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["ModelKernels"]
+__all__ = ["FusedLinearKernels", "ModelKernels"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FusedLinearKernels:
+    """Projections with their prologue and epilogue, for ``T <= max_tokens`` rows. Weights
+    are ``[out, in]`` (``nn.Linear``'s), rows contiguous. ``residual`` ``None``: the
+    input is ``x`` alone and the returned stream is ``x`` itself; otherwise the input is
+    ``x + residual`` (rounded to ``x.dtype``), returned as the new stream. ``norm_weight``
+    ``None``: no RMSNorm of the input. Numerics: those of the unfused ops (reference norm,
+    rotary and gate, a GEMM rounding each output once), up to float32 summation order."""
+
+    max_tokens: int
+    # (x [T, In], residual, norm_weight [In] | None, eps, qkv_weight [(Hq + 2 Hk) D, In],
+    #  qkv_bias | None, cos [T, D], sin [T, D], Hq, Hk) -> (q [T, Hq, D] and k [T, Hk, D]
+    # rotated, v [T, Hk, D], stream [T, In]); q, k, v may be views of one buffer.
+    qkv_rotary: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    # (x [T, H], residual, norm_weight | None, eps, gate_up_weight [2 I, H])
+    # -> (silu(gate) * up [T, I], stream [T, H])
+    gate_up_silu: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    # (x [T, In], weight [Out, In], bias [Out] | None, add [T, Out] | None)
+    # -> x @ weight.T + bias, rounded, then + add, rounded: [T, Out]
+    linear: Callable[..., torch.Tensor]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,3 +69,5 @@ class ModelKernels:
     ]
     # gate_up [T, 2 * I] (gate columns, then up columns) -> silu(gate) * up, [T, I]
     silu_mul: Callable[[torch.Tensor], torch.Tensor]
+    # the projections fused with the kernels around them, for small forwards; None: GEMMs
+    fused_linear: FusedLinearKernels | None = None

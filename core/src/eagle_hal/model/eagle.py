@@ -36,7 +36,7 @@ from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBa
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.fusion import fuse_for_inference
-from eagle_hal.model.layers import MLP, Attention, RMSNorm, RotaryEmbedding
+from eagle_hal.model.layers import MLP, Attention, RMSNorm, RotaryEmbedding, fused_kernels_for
 from eagle_hal.model.llama import LlamaForCausalLM, ModelOutput
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
@@ -69,6 +69,16 @@ class _DraftLayer(nn.Module):
         batch: ForwardBatch,
         attn: AttentionBackend,
     ) -> torch.Tensor:
+        fused = fused_kernels_for(attention_input, self.self_attn, self.mlp)
+        if fused is not None:
+            attention_out, _ = self.self_attn.forward_fused(
+                fused, attention_input, None, None, rotary, batch, attn
+            )
+            # (attention_out + residual) + mlp(norm(attention_out + residual))
+            out, _ = self.mlp.forward_fused(
+                fused, attention_out, residual, self.post_attention_layernorm, add_stream=True
+            )
+            return out
         attention_out = self.self_attn(attention_input, rotary, batch, attn)
         normed, hidden = self.post_attention_layernorm.add_norm(attention_out, residual)
         return hidden + self.mlp(normed)

@@ -9,7 +9,9 @@ What lies between the GEMMs (norms, residual adds, rotary, SwiGLU's gate) goes t
 module's ``kernels`` (a ``ModelKernels``): the pure-torch reference unless
 ``eagle_hal.model.fusion.fuse_for_inference`` installed a backend's. For inference the
 Q/K/V and gate/up projections can also run as one GEMM each (``fuse_projections``); the
-parameters keep their names and become views of the fused weight.
+parameters keep their names and become views of the fused weight. Forwards of a few tokens
+then run each projection fused with its neighbours where the kernels offer it
+(``ModelKernels.fused_linear``, see ``fused_kernels_for``).
 
 Numerics follow Hugging Face transformers' Llama: RMSNorm and rotary angles in float32,
 cast back to the activation dtype before the weight multiply / rotation.
@@ -24,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch
-from eagle_hal.hal.model_kernels import ModelKernels
+from eagle_hal.hal.model_kernels import FusedLinearKernels, ModelKernels
 from eagle_hal.model.config import ModelConfig, RopeScaling, RopeScalingKind
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS, apply_rotary
 
@@ -36,6 +38,7 @@ __all__ = [
     "RotaryEmbedding",
     "apply_rotary",
     "fuse_linears",
+    "fused_kernels_for",
 ]
 
 
@@ -164,6 +167,23 @@ class MLP(nn.Module):
         gate_up = F.linear(x, self._gate_up)  # [T, 2 * intermediate]
         return self.down_proj(self.kernels.silu_mul(gate_up))
 
+    def forward_fused(
+        self,
+        fused: FusedLinearKernels,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm: RMSNorm,
+        *,
+        add_stream: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward(norm(x + residual))`` in two fused launches, plus the stream
+        ``x + residual`` itself if ``add_stream``; returns it with the stream (``x`` when
+        ``residual`` is ``None``)."""
+        assert self._gate_up is not None
+        activated, stream = fused.gate_up_silu(x, residual, norm.weight, norm.eps, self._gate_up)
+        add = stream if add_stream else None
+        return fused.linear(activated, self.down_proj.weight, None, add), stream
+
 
 class Attention(nn.Module):
     """Q/K/V projections, rotary, the backend's attention for layer ``layer_id``, O projection.
@@ -223,6 +243,53 @@ class Attention(nn.Module):
         out = attn.forward(self.layer_id, q, k, v, batch)  # [T, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, q_size))
 
+    def forward_fused(
+        self,
+        fused: FusedLinearKernels,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        norm: RMSNorm | None,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+        attn: AttentionBackend,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``forward(norm(x + residual))`` (no norm when ``norm`` is ``None``) with the
+        projections in fused launches; returns it with the stream ``x + residual``."""
+        assert self._qkv is not None
+        weight, bias = self._qkv
+        q, k, v, stream = fused.qkv_rotary(
+            x, residual, norm.weight if norm is not None else None,
+            norm.eps if norm is not None else 0.0, weight, bias, *rotary, self.num_heads,
+            self.num_kv_heads,
+        )
+        out = attn.forward(self.layer_id, q, k, v, batch)  # [T, num_heads, head_dim]
+        out = out.reshape(x.shape[0], self.num_heads * self.head_dim)
+        return fused.linear(out, self.o_proj.weight, self.o_proj.bias, None), stream
+
+
+def fused_kernels_for(
+    x: torch.Tensor, attention: Attention, mlp: MLP
+) -> FusedLinearKernels | None:
+    """The fused projection kernels for a forward of ``x``'s rows through ``attention`` and
+    ``mlp``, or ``None`` for the unfused path: when the installed kernels have them, ``x``
+    has at most their ``max_tokens`` rows of a 16- or 32-bit float, both modules' projections are fused and every
+    projection is a plain ``nn.Linear`` (a tensor-parallel shard's is not) without a
+    down-projection bias."""
+    fused = attention.kernels.fused_linear
+    if fused is None or not 0 < x.shape[0] <= fused.max_tokens:
+        return None
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return None
+    if attention._qkv is None or mlp._gate_up is None or mlp.down_proj.bias is not None:
+        return None
+    linears = (
+        attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
+        mlp.gate_proj, mlp.up_proj, mlp.down_proj,
+    )
+    if any(type(linear) is not nn.Linear for linear in linears):
+        return None
+    return fused
+
 
 class DecoderLayer(nn.Module):
     """A pre-norm transformer block: ``h += attn(norm(h)); h += mlp(norm(h))``.
@@ -248,6 +315,12 @@ class DecoderLayer(nn.Module):
         attn: AttentionBackend,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The stream ``hidden + residual`` (both ``[T, hidden]``) in, as a new pair out."""
+        fused = fused_kernels_for(hidden, self.self_attn, self.mlp)
+        if fused is not None:
+            out, residual = self.self_attn.forward_fused(
+                fused, hidden, residual, self.input_layernorm, rotary, batch, attn
+            )
+            return self.mlp.forward_fused(fused, out, residual, self.post_attention_layernorm)
         if residual is None:
             residual, normed = hidden, self.input_layernorm(hidden)
         else:

@@ -1,5 +1,6 @@
 """Triton ``ModelKernels``: RMSNorm (optionally with the residual add), rotary on q and k,
-and SwiGLU's ``silu(gate) * up``, one launch each.
+and SwiGLU's ``silu(gate) * up``, one launch each; for forwards of a few tokens, the
+projections fused with them (``eagle_hal.ops.triton.fused_linear``).
 
 Each kernel reproduces the reference's roundings (``eagle_hal.ops.reference_model``):
 products and sums are formed in float32 and rounded to the activation dtype wherever the
@@ -16,6 +17,7 @@ import triton
 import triton.language as tl
 
 from eagle_hal.hal.model_kernels import ModelKernels
+from eagle_hal.ops.triton.fused_linear import FUSED_LINEAR_KERNELS
 from eagle_hal.ops.reference_checks import next_power_of_2
 
 __all__ = ["TRITON_MODEL_KERNELS", "add_rms_norm", "rms_norm", "rotary", "silu_mul"]
@@ -240,4 +242,5 @@ TRITON_MODEL_KERNELS = ModelKernels(
     add_rms_norm=add_rms_norm,
     rotary=rotary,
     silu_mul=silu_mul,
+    fused_linear=FUSED_LINEAR_KERNELS,
 )

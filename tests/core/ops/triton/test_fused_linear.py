@@ -1,0 +1,171 @@
+"""The fused small-batch projections (``ops/triton/fused_linear``) equal the unfused ops.
+
+Oracle: the pure-torch reference kernels (``ops/reference_model``) around ``F.linear``, the
+way an unfused decoder layer runs them. Without an accelerator the kernels run under
+TRITON_INTERPRET=1 on CPU tensors; float32 agrees to summation order, bfloat16 to an ulp or
+two (the interpreter rounds float32 -> bfloat16 toward zero).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from eagle_hal.ops import reference_model as reference  # noqa: E402
+from eagle_hal.ops.triton import fused_linear as fused  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+if not INTERPRETED and not torch.accelerator.is_available():
+    pytest.skip("Triton kernels need an accelerator or TRITON_INTERPRET=1",
+                allow_module_level=True)
+DEVICE = torch.device("cpu") if INTERPRETED else torch.accelerator.current_accelerator()
+DTYPES = [torch.float32, torch.bfloat16]
+EPS = 1e-6
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    if expected.dtype == torch.float32:
+        torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+    else:
+        torch.testing.assert_close(actual.float(), expected.float(), atol=3e-2, rtol=2**-5)
+
+
+def randn(*shape: int, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return (scale * torch.randn(shape, generator=generator)).to(device=DEVICE, dtype=dtype)
+
+
+def stream_and_input(x, residual, norm_weight):
+    """The reference's stream (x + residual) and the normed projection input."""
+    if residual is None:
+        total = x
+        normed = reference.rms_norm(x, norm_weight, EPS) if norm_weight is not None else x
+    elif norm_weight is not None:
+        normed, total = reference.add_rms_norm(x, residual, norm_weight, EPS)
+    else:
+        total = x + residual
+        normed = total
+    return total, normed
+
+
+def rotary_tables(rows: int, head_dim: int, dtype: torch.dtype, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    positions = torch.randint(0, 4096, (rows,), generator=generator).float()
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = positions[:, None] * inv_freq[None, :]
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(DEVICE, dtype), angles.sin().to(DEVICE, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "rows,hidden,heads,kv_heads,head_dim,has_residual,has_norm,has_bias",
+    [
+        (1, 96, 3, 1, 32, True, True, False),  # SmolLM2's 3:1 grouping, a decode step
+        (5, 200, 2, 2, 64, False, True, True),  # first layer (no residual yet), Q/K/V bias
+        (16, 64, 4, 2, 16, True, True, False),  # a 16-node verify tree
+        (21, 48, 2, 1, 40, False, False, True),  # a draft layer: no norm; 32-row tiles
+    ],
+)
+def test_qkv_rotary_equals_norm_linear_rotary(
+    dtype, rows, hidden, heads, kv_heads, head_dim, has_residual, has_norm, has_bias
+):
+    """[residual add +] RMSNorm + QKV + rotary equal the unfused ops; the inputs are intact
+    and the stream is returned (``x`` itself when there is no residual)."""
+    x = randn(rows, hidden, dtype=dtype, seed=1)
+    residual = randn(rows, hidden, dtype=dtype, seed=2) if has_residual else None
+    norm_weight = 1 + 0.1 * randn(hidden, dtype=dtype, seed=3) if has_norm else None
+    width = (heads + 2 * kv_heads) * head_dim
+    weight = randn(width, hidden, dtype=dtype, seed=4, scale=hidden**-0.5)
+    bias = randn(width, dtype=dtype, seed=5, scale=0.1) if has_bias else None
+    cos, sin = rotary_tables(rows, head_dim, dtype, seed=6)
+    before = x.clone()
+
+    q, k, v, stream = fused.qkv_rotary(
+        x, residual, norm_weight, EPS, weight, bias, cos, sin, heads, kv_heads
+    )
+
+    total, normed = stream_and_input(x, residual, norm_weight)
+    qkv = F.linear(normed, weight, bias)
+    eq, ek, ev = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
+    eq, ek = reference.rotary(
+        eq.reshape(rows, heads, head_dim), ek.reshape(rows, kv_heads, head_dim), cos, sin
+    )
+    assert_close(q, eq)
+    assert_close(k, ek)
+    assert_close(v, ev.reshape(rows, kv_heads, head_dim))
+    assert_close(stream, total)
+    assert torch.equal(x, before)
+    if residual is None:
+        assert stream is x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,hidden,intermediate", [(1, 96, 160), (7, 37, 50), (32, 64, 48)])
+def test_gate_up_silu_equals_add_norm_linear_silu(dtype, rows, hidden, intermediate):
+    """residual add + RMSNorm + gate/up + silu(gate) * up equal the unfused ops."""
+    x = randn(rows, hidden, dtype=dtype, seed=7)
+    residual = randn(rows, hidden, dtype=dtype, seed=8)
+    norm_weight = 1 + 0.1 * randn(hidden, dtype=dtype, seed=9)
+    weight = randn(2 * intermediate, hidden, dtype=dtype, seed=10, scale=hidden**-0.5)
+
+    activated, stream = fused.gate_up_silu(x, residual, norm_weight, EPS, weight)
+
+    total, normed = stream_and_input(x, residual, norm_weight)
+    assert_close(activated, reference.silu_mul(F.linear(normed, weight)))
+    assert_close(stream, total)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("has_bias,has_add", [(False, False), (True, False), (False, True)])
+@pytest.mark.parametrize("rows,in_features,out_features", [(1, 160, 96), (9, 50, 37)])
+def test_linear_equals_f_linear(dtype, has_bias, has_add, rows, in_features, out_features):
+    """x @ W.T [+ bias], rounded, [+ add], rounded: F.linear then the add."""
+    x = randn(rows, in_features, dtype=dtype, seed=11)
+    weight = randn(out_features, in_features, dtype=dtype, seed=12, scale=in_features**-0.5)
+    bias = randn(out_features, dtype=dtype, seed=13) if has_bias else None
+    add = randn(rows, out_features, dtype=dtype, seed=14) if has_add else None
+    expected = F.linear(x, weight, bias)
+    if add is not None:
+        expected = add + expected
+    assert_close(fused.linear(x, weight, bias, add), expected)
+
+
+def test_strided_input_rows():
+    """Input rows may be a strided view (e.g. attention output columns)."""
+    base = randn(3, 80, dtype=torch.float32, seed=15)
+    x = base[:, 8:72]  # row stride 80
+    weight = randn(24, 64, dtype=torch.float32, seed=16)
+    assert_close(fused.linear(x, weight), F.linear(x, weight))
+
+
+def test_a_row_alone_equals_the_row_in_a_batch():
+    """No split over the reduction and one tile config up to 16 rows: a token's projection
+    is bit for bit the same alone as inside a verify batch."""
+    x = randn(16, 96, dtype=torch.float32, seed=17)
+    weight = randn(64, 96, dtype=torch.float32, seed=18)
+    batched = fused.linear(x, weight)
+    for row in (0, 7, 15):
+        assert torch.equal(fused.linear(x[row : row + 1], weight)[0], batched[row])
+
+
+def test_bad_inputs_are_refused():
+    x = randn(2, 32, dtype=torch.float32, seed=19)
+    with pytest.raises(ValueError, match="at most"):
+        fused.linear(randn(fused.MAX_TOKENS + 1, 32, dtype=torch.float32, seed=20),
+                     randn(16, 32, dtype=torch.float32, seed=21))
+    with pytest.raises(ValueError, match="input features"):
+        fused.linear(x, randn(16, 31, dtype=torch.float32, seed=22))
+    with pytest.raises(ValueError, match="heads"):
+        cos, sin = rotary_tables(2, 16, torch.float32, seed=23)
+        fused.qkv_rotary(x, None, None, EPS, randn(70, 32, dtype=torch.float32, seed=24), None,
+                         cos, sin, 2, 1)
+    with pytest.raises(ValueError, match="residual"):
+        fused.gate_up_silu(x, randn(3, 32, dtype=torch.float32, seed=25), None, EPS,
+                           randn(32, 32, dtype=torch.float32, seed=26))
