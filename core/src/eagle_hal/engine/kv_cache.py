@@ -183,6 +183,19 @@ class DeviceTokenTable:
 
     def sync(self) -> None:
         """Write the slots of every position defined since the last ``sync`` that changed."""
+        rows, columns, values = self.pending_writes()
+        if not values:
+            return
+        host = torch.tensor([rows, columns, values], dtype=torch.int64)  # [3, M]
+        if self.tensor.device.type != "cpu":
+            host = host.pin_memory()
+        index = host.to(self.tensor.device, non_blocking=True)
+        self.write(index[0], index[1], index[2])
+
+    def pending_writes(self) -> tuple[list[int], list[int], list[int]]:
+        """``(rows, positions, slots)`` of the changes since the last call, recorded as
+        written: the caller must ``write`` them (e.g. after uploading them with other
+        host data in one copy) before the table is read."""
         rows: list[int] = []
         columns: list[int] = []
         values: list[int] = []
@@ -196,10 +209,9 @@ class DeviceTokenTable:
                     rows.append(row)
                     columns.append(position)
                     values.append(slot)
-        if not values:
-            return
-        host = torch.tensor([rows, columns, values], dtype=torch.int64)  # [3, M]
-        if self.tensor.device.type != "cpu":
-            host = host.pin_memory()
-        index = host.to(self.tensor.device, non_blocking=True)
-        self.tensor[index[0], index[1]] = index[2].to(self.tensor.dtype)
+        return rows, columns, values
+
+    def write(self, rows: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> None:
+        """Scatter ``slots`` to ``(rows, positions)`` (int64 device tensors ``[M]``)."""
+        if rows.numel():
+            self.tensor[rows, positions] = slots.to(self.tensor.dtype)

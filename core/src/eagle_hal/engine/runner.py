@@ -140,6 +140,14 @@ class ModelRunner:
     def sync_table(self) -> None:
         self.device_table.sync()
 
+    def upload_with_table(self, *lists: Sequence[int]) -> list[torch.Tensor]:
+        """``upload(*lists)`` that also brings the device table up to date (``sync_table``)
+        in the same host-to-device copy."""
+        writes = self.device_table.pending_writes()
+        *tensors, rows, positions, slots = self.upload(*lists, *writes)
+        self.device_table.write(rows, positions, slots)
+        return tensors
+
     def make_batch(
         self,
         mode: ForwardMode,

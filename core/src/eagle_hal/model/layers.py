@@ -272,9 +272,9 @@ def fused_kernels_for(
 ) -> FusedLinearKernels | None:
     """The fused projection kernels for a forward of ``x``'s rows through ``attention`` and
     ``mlp``, or ``None`` for the unfused path: when the installed kernels have them, ``x``
-    has at most their ``max_tokens`` rows of a 16- or 32-bit float, both modules' projections are fused and every
-    projection is a plain ``nn.Linear`` (a tensor-parallel shard's is not) without a
-    down-projection bias."""
+    has at most their ``max_tokens`` rows of a 16- or 32-bit float, both modules'
+    projections are fused and every projection is a plain ``nn.Linear`` (a tensor-parallel
+    shard's is not) without a down-projection bias."""
     fused = attention.kernels.fused_linear
     if fused is None or not 0 < x.shape[0] <= fused.max_tokens:
         return None

@@ -185,16 +185,30 @@ def chain_layout(
 
 
 def single_node_tree(
-    roots: torch.Tensor, seq_lens: torch.Tensor, mask_mode: str = TreeMaskMode.TREE_BLOCK
+    roots: torch.Tensor,
+    seq_lens: torch.Tensor,
+    mask_mode: str = TreeMaskMode.TREE_BLOCK,
+    cache: dict[object, tuple[torch.Tensor, ...]] | None = None,
 ) -> VerifyTree:
-    """A verify 'tree' of the root alone: plain decoding (and prefill's first token)."""
+    """A verify 'tree' of the root alone: plain decoding (and prefill's first token).
+    ``cache`` keeps the parts that depend only on the batch size (links, index, mask) for
+    the next call; they are never written to."""
     batch, device = roots.shape[0], roots.device
-    links = torch.full((2, batch, 1), NO_NODE, dtype=torch.int64, device=device)
-    retrieve_index = torch.arange(batch, device=device).view(batch, 1)
-    if mask_mode == TreeMaskMode.BIT_PACKED:
-        tree_mask = torch.ones(batch, 1, dtype=torch.int64, device=device)
-    else:  # a one-node tree needs no prefix columns, so FULL falls back to TREE_BLOCK
+    if mask_mode != TreeMaskMode.BIT_PACKED:
+        # a one-node tree needs no prefix columns, so FULL falls back to TREE_BLOCK
         mask_mode = TreeMaskMode.TREE_BLOCK
-        tree_mask = torch.ones(batch, 1, 1, dtype=torch.bool, device=device)
+    key = (batch, device, mask_mode)
+    parts = cache.get(key) if cache is not None else None
+    if parts is None:
+        links = torch.full((2, batch, 1), NO_NODE, dtype=torch.int64, device=device)
+        retrieve_index = torch.arange(batch, device=device).view(batch, 1)
+        if mask_mode == TreeMaskMode.BIT_PACKED:
+            tree_mask = torch.ones(batch, 1, dtype=torch.int64, device=device)
+        else:
+            tree_mask = torch.ones(batch, 1, 1, dtype=torch.bool, device=device)
+        parts = (links[0], links[1], retrieve_index, tree_mask)
+        if cache is not None:
+            cache[key] = parts
+    next_token, next_sibling, retrieve_index, tree_mask = parts
     return VerifyTree(roots.long().view(batch, 1), seq_lens.long().view(batch, 1),
-                      retrieve_index, links[0], links[1], tree_mask, mask_mode)
+                      retrieve_index, next_token, next_sibling, tree_mask, mask_mode)

@@ -103,6 +103,7 @@ class EagleWorker:
         self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._pending = PendingDraftInputs()  # what the draft missed while S = 0
+        self._one_node: dict[object, tuple[torch.Tensor, ...]] = {}  # single_node_tree's
 
     # -- engine interface --------------------------------------------------------------------
 
@@ -177,17 +178,18 @@ class EagleWorker:
         reserve = max(num_nodes, steps * topk)
         for row, seq_len in zip(rows, seq_lens):
             runner.table.reserve(row, seq_len + reserve)
-        runner.sync_table()
         # Everything the iteration needs from the host, in one copy: the reserved block's
-        # slots (verify nodes and draft scratch share it) and the draft steps' positions.
+        # slots (verify nodes and draft scratch share it), the draft steps' positions and
+        # the device table's new entries.
         host_slots = runner.host_slots(rows, seq_lens, reserve)  # [B * reserve]
         draft_positions = [
             s + d for d in range(max(steps - 1, 0)) for s in seq_lens for _ in range(topk)
         ]  # [S - 1, B * K] step-major
-        rows_t, seq_t, roots, slots_t, branches_t, nodes_t, positions_t = runner.upload(
+        uploaded = runner.upload_with_table(
             rows, seq_lens, [r.output_ids[-1] for r in requests], host_slots,
             [topk] * batch_size, [num_nodes] * batch_size, draft_positions,
         )
+        rows_t, seq_t, roots, slots_t, branches_t, nodes_t, positions_t = uploaded
         slots = slots_t.view(batch_size, reserve)
         caught_up = steps > 0 and self.catch_up(requests)
         if caught_up and self.controller is not None:
@@ -204,7 +206,7 @@ class EagleWorker:
             )
             tree = draft_tree(runner, ops, shape, inputs)
         else:
-            tree = single_node_tree(roots, seq_t, runner.tree_mask_mode)
+            tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, self._one_node)
         t_draft = self._tick(t_catch_up)
 
         # 3. verify
