@@ -141,8 +141,8 @@ def main() -> int:
     parser.add_argument("--rows", default="1,2,6,16,32")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--configs", default="16x64x4x3,16x256x4x3,32x128x4x3,16x128x2x3,"
-                        "16x128x8x3,16x128x4x2,16x128x4x4")
+    parser.add_argument("--configs", default="16x128x4x3,16x512x4x3,16x256x2x3,16x256x8x3,"
+                        "16x256x4x2,16x256x4x4,32x256x4x3")
     args = parser.parse_args()
     require_cuda()
     dtype = getattr(torch, args.dtype)

@@ -165,7 +165,7 @@ def test_reference_attention_passes_graphs_with_emulated_capture():
     emulated capture (a replay sees only in-place updates)."""
     report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"])
     assert not report.failed, [r.message for r in _failures(report)]
-    assert report.counts("graphs")["pass"] == 9
+    assert report.counts("graphs")["pass"] == 10
 
 
 @pytest.mark.skipif(
@@ -182,7 +182,7 @@ def test_triton_attention_passes_graphs_with_emulated_capture():
     report = run_suite("cpu", backend=BrokenCpu(attention=TritonAttentionBackend, graphs=True),
                        areas=["graphs"], extra_args=["-k", "not graph_decoding"])
     assert not report.failed, [r.message for r in _failures(report)]
-    assert report.counts("graphs")["pass"] == 7
+    assert report.counts("graphs")["pass"] == 8
 
 
 def test_required_page_size_is_checked():
@@ -228,7 +228,7 @@ def test_replay_hook_rebinding_metadata_fails_graphs():
     report = run_suite("cpu", backend=BrokenCpu(attention=RebindingReplayAttention, graphs=True),
                        areas=["graphs"])
     failed = {r.check_id: r.message for r in _failures(report)}
-    assert len(failed) == 9 and all(c.startswith("graphs/") for c in failed)
+    assert len(failed) == 10 and all(c.startswith("graphs/") for c in failed)
     hooks = [m for c, m in failed.items() if "replay_equals_eager" in c]
     assert len(hooks) == 3 and all("graph replay 0 of" in m and "outside atol" in m for m in hooks)
     assert all("batch of 1 in bucket 1: hidden states [T, H] vs eager" in m

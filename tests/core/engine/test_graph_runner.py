@@ -23,7 +23,9 @@ from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import draft_chain
+from eagle_hal.conformance.runner_scene import BRANCHES, DRAFT_STEPS
+from eagle_hal.hal.sampling import TreeShape
+from eagle_hal.spec.drafting import draft_chain, draft_tree
 from eagle_hal.testing.graphs import EmulatedGraphCapture
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1
 
@@ -35,6 +37,7 @@ def _chain_graphs_on(monkeypatch):
     """The chain loop graph is on by default; these tests exercise it (whatever the
     environment they run in says)."""
     monkeypatch.delenv("EAGLE_HAL_CHAIN_GRAPH", raising=False)
+    monkeypatch.delenv("EAGLE_HAL_TREE_GRAPH", raising=False)
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 30))]
 PARAMS = SamplingParams(max_new_tokens=6)
@@ -129,7 +132,7 @@ def test_plain_decoding_padded_to_a_bucket(backends, pair):
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 2, 3), (2, 2, 4)])
 def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, steps, nodes):
     """Chain and tree drafting with captured draft/verify/extend forwards (the chain's
-    draft loop as one graph, the tree's one graph per step) equal plain decoding; batches
+    and the tree's draft loop as one graph each) equal plain decoding; batches
     of 1 and 3, a bucket too small for 3 (eager fallback)."""
     target, head = pair
     expected = plain(backends[0], target, PROMPTS)
@@ -144,7 +147,8 @@ def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, step
     if topk == 1:  # the chain's draft loop replays as one graph
         assert graphs.chain_replays > 0 and "draft_decode" not in modes
     else:
-        assert "draft_decode" in modes and graphs.chain_replays == 0
+        assert graphs.tree_replays > 0 and "draft_decode" not in modes
+        assert graphs.chain_replays == 0
     assert llm.used_pages == 0
 
 
@@ -263,3 +267,108 @@ def test_chain_loop_graph_can_be_turned_off(backends, pair, monkeypatch):
     got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
     assert got == plain(backends[0], target, PROMPTS)
     assert llm.runner.graphs.chain_replays == 0 and llm.runner.graphs.replays > 0
+
+
+# -- the draft's tree loop as one graph -------------------------------------------------------
+
+TREE_SHAPE = TreeShape(BRANCHES, DRAFT_STEPS, 5)
+
+
+def _tree_both_ways(scene, inputs):
+    """The tree draft level by level with graphs off, then from the tree graph over draft
+    K/V scrambled at the levels' scratch slots; both verify trees and the K/V after each."""
+    runner, graphs = scene.runner, scene.runner.graphs
+    ops = runner.backend.sampling_ops()
+    written = inputs.scratch[:, : (DRAFT_STEPS - 1) * BRANCHES]
+    with torch.inference_mode():
+        runner.graphs = None
+        try:
+            eager = draft_tree(runner, ops, TREE_SHAPE, inputs)
+        finally:
+            runner.graphs = graphs
+        eager_kv = scene.kv_by_slot()
+        scene.scramble_draft_kv(written)
+        replays = graphs.tree_replays
+        captured = draft_tree(runner, ops, TREE_SHAPE, inputs)
+        assert graphs.tree_replays == replays + 1, "the tree loop did not replay a graph"
+    return eager, eager_kv, captured, scene.kv_by_slot(), written
+
+
+@pytest.mark.parametrize("kind,page_size", [
+    (ReplayingTorchBackend, 1),
+    (ReplayingTorchBackend, 16),
+    (BitPackedReplayingBackend, 16),
+    (TritonCpuBackend, 1),
+], ids=["reference-page1", "reference-page16", "reference-bitpacked-page16", "triton-page1"])
+def test_tree_loop_graph_equals_eager_loop(kind, page_size):
+    """Batches of 4, 1 and 3 in bucket 4 (earlier requests kept alive): the tree graph's
+    verify tree equals the level-by-level loop's exactly, its draft K/V at the scratch
+    slots to float32 rounding, and it changes no other slot but the padding page's."""
+    scene = RunnerScene(_backend(kind), seed=11 + page_size, page_size=page_size, buckets=(4,))
+    for size in CHAIN_BATCHES:
+        rows, seq_lens = scene.add_requests(size)
+        inputs = scene.tree_inputs(rows, seq_lens)
+        eager, eager_kv, captured, graph_kv, written = _tree_both_ways(scene, inputs)
+        assert captured.mask_mode == eager.mask_mode
+        for name, got, expected in zip(eager._fields[:-1], captured[:-1], eager[:-1]):
+            assert torch.equal(got, expected), f"batch {size}: {name} {got} vs {expected}"
+        own = written.reshape(-1)
+        changed = (eager_kv != graph_kv).any(dim=1)
+        changed[own] = False
+        changed[PADDING_PAGE * page_size : (PADDING_PAGE + 1) * page_size] = False
+        assert not changed.any(), f"batch {size}: slots {changed.nonzero()[:, 0].tolist()} changed"
+        error = (graph_kv[own] - eager_kv[own]).abs().max()
+        assert error <= 1e-4 * eager_kv[own].abs().max(), f"batch {size}: K/V error {error}"
+    assert scene.runner.graphs.num_graphs == 1  # one tree graph served every batch
+
+
+def test_tree_loop_declines_what_it_cannot_capture():
+    """No tree graph beyond the largest bucket, for S < 2, for FULL tree masks, or for an
+    attention backend without multi_forward_graphs: the level-by-level path runs."""
+    scene = RunnerScene(_backend(ReplayingTorchBackend), seed=3, page_size=1, buckets=(1, 2))
+    graphs = scene.runner.graphs
+    ops = scene.runner.backend.sampling_ops()
+
+    def tree(size, shape=TREE_SHAPE, scene=scene):
+        rows, seq_lens = scene.add_requests(size)
+        inputs = scene.tree_inputs(rows, seq_lens)
+        return scene.runner.graphs.run_draft_tree(
+            ops, shape, inputs.rows_t, inputs.seq_t, seq_lens, inputs.scratch,
+            inputs.state.topk_probs, inputs.state.topk_ids, inputs.state.hidden, inputs.roots,
+        )
+
+    assert tree(3) is None and tree(1, TreeShape(BRANCHES, 1, 3)) is None
+    assert tree(2) is not None
+    scene.runner.target_attn.tree_mask_mode = TreeMaskMode.FULL
+    assert tree(2) is None
+    single = RunnerScene(_backend(OneForwardPerGraphBackend), seed=3, page_size=1, buckets=(1, 2))
+    assert tree(1, scene=single) is None
+    assert graphs.tree_replays == 1 and single.runner.graphs.tree_replays == 0
+
+
+@pytest.mark.parametrize("head_kind", ["matching", "random"])
+def test_tree_decoding_with_the_tree_graph_is_lossless(backends, pair, head_kind):
+    """Greedy tree decoding whose draft loop replays one graph (batches of 3 and 1 padded
+    into bucket 4) equals plain decoding; every page is released."""
+    target, head = pair
+    if head_kind == "random":
+        head = tiny_eagle1(target, seed=11)
+    expected = plain(backends[0], target, PROMPTS)
+    llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(3, 2, 6), seed=0)
+    llm.runner.enable_graphs((4,))
+    got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
+    got_one = [o.token_ids for o in llm.generate(PROMPTS[1:2], PARAMS)]
+    assert got == expected and got_one == expected[1:2]
+    assert llm.runner.graphs.tree_replays > 0 and llm.used_pages == 0
+
+
+def test_tree_loop_graph_can_be_turned_off(backends, pair, monkeypatch):
+    """With EAGLE_HAL_TREE_GRAPH=0 a tree's draft levels replay one graph each."""
+    monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", "0")
+    target, head = pair
+    llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(3, 2, 6), seed=0)
+    llm.runner.enable_graphs((4,))
+    got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
+    assert got == plain(backends[0], target, PROMPTS)
+    graphs = llm.runner.graphs
+    assert graphs.tree_replays == 0 and "draft_decode" in {k[1].value for k in graphs._graphs}

@@ -161,6 +161,22 @@ class RunnerScene:
         return DraftInputs(rows, seq_lens, rows_t, seq_t, branches, slots.view(size, RESERVE),
                            positions_t.view(steps - 1, size), roots, state)
 
+    def tree_inputs(self, rows: list[int], seq_lens: list[int]) -> DraftInputs:
+        """A tree draft's inputs (top-``BRANCHES``, ``DRAFT_STEPS`` levels) as
+        ``spec.worker`` uploads them: the reserved positions as scratch, random roots, the
+        root's children (random tokens, distinct random probabilities) and hidden states."""
+        runner, size, topk = self.runner, len(rows), BRANCHES
+        positions = [s + d for d in range(DRAFT_STEPS - 1) for s in seq_lens for _ in range(topk)]
+        rows_t, seq_t, slots, branches, positions_t = runner.upload(
+            rows, seq_lens, runner.host_slots(rows, seq_lens, RESERVE), [topk] * size, positions
+        )
+        roots = torch.randint(self.vocab, (size,), generator=self.gen).to(runner.device)
+        ids = torch.randint(self.vocab, (size, topk), generator=self.gen).to(runner.device)
+        probs = torch.softmax(torch.randn(size, topk, generator=self.gen), dim=-1)
+        state = DraftState(probs.to(runner.device), ids, self._features(size))
+        return DraftInputs(rows, seq_lens, rows_t, seq_t, branches, slots.view(size, RESERVE),
+                           positions_t.view(DRAFT_STEPS - 1, size * topk), roots, state)
+
     def scramble_draft_kv(self, slots: torch.Tensor) -> None:
         """Random K/V at ``slots`` of the draft store: what a forward should overwrite."""
         store = self.runner.draft_kv

@@ -29,7 +29,11 @@ the chain's verify layout in one graph per
 
 each step with its own static batch and attention metadata (the contract for several
 forwards in one graph is in ``eagle_hal.hal.attention``). Attention backends without
-``multi_forward_graphs``, ``FULL`` tree masks and trees (K > 1) keep the per-step path.
+``multi_forward_graphs`` and ``FULL`` tree masks keep the per-step path. The tree loop
+(K > 1) is captured the same way, ``engine.tree_graph.TreeGraph``, one graph per (bucket,
+S, K, N, hidden width and dtype, tree-mask layout), unless ``EAGLE_HAL_TREE_GRAPH=0``, for
+attention backends that also read ``draft_kv_slots`` in their forward
+(``draft_slots_read_in_forward``).
 """
 
 from __future__ import annotations
@@ -44,10 +48,11 @@ import torch
 
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.chain_graph import ChainGraph
+from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
-from eagle_hal.hal.sampling import VerifyTree
+from eagle_hal.hal.sampling import SamplingOps, TreeShape, VerifyTree
 from eagle_hal.model.llama import ModelOutput
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -99,19 +104,24 @@ class GraphRunner:
         self.pad_slot = PADDING_PAGE * runner.layout.page_size
         self._graphs: dict[tuple[object, ...], _CapturedForward] = {}
         self._chains: dict[tuple[object, ...], ChainGraph] = {}
+        self._trees: dict[tuple[object, ...], TreeGraph] = {}
         self._graph_state_ready: set[int] = set()  # id() of attention backends initialised
         self.replays = 0  # single forwards served by a graph (for diagnostics and tests)
         self.chain_replays = 0  # whole draft chain loops served by a graph
+        self.tree_replays = 0  # whole draft tree loops served by a graph
         # The chain loop as one graph (``chain_graph``), unless EAGLE_HAL_CHAIN_GRAPH=0.
         # On an H200 it equals the eager loop (conformance ``graphs/chain_loop_equals_eager``;
         # the same chain accept length, 1.98, step by step and as one graph) and runs chain
         # decoding 1.63x faster (docs/benchmarks/README.md, third session).
         setting = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "1").strip().lower()
         self.chain_graphs = setting not in ("0", "false", "off", "no")
+        # The tree loop (K > 1) as one graph (``tree_graph``), unless EAGLE_HAL_TREE_GRAPH=0.
+        setting = os.environ.get("EAGLE_HAL_TREE_GRAPH", "1").strip().lower()
+        self.tree_graphs = setting not in ("0", "false", "off", "no")
 
     @property
     def num_graphs(self) -> int:
-        return len(self._graphs) + len(self._chains)
+        return len(self._graphs) + len(self._chains) + len(self._trees)
 
     def bucket_for(self, batch_size: int) -> int | None:
         """The smallest bucket holding ``batch_size`` requests, or ``None``."""
@@ -213,6 +223,53 @@ class GraphRunner:
         tree = chain.replay(rows, seq_lens, seq_lens_cpu, scratch, first_tokens, hidden, roots)
         self.chain_replays += 1
         return tree
+
+    @torch.inference_mode()
+    def run_draft_tree(
+        self,
+        ops: SamplingOps,
+        shape: TreeShape,
+        rows: torch.Tensor,
+        seq_lens: torch.Tensor,
+        seq_lens_cpu: Sequence[int],
+        scratch: torch.Tensor,
+        probs: torch.Tensor,
+        ids: torch.Tensor,
+        hidden: torch.Tensor,
+        roots: torch.Tensor,
+    ) -> VerifyTree | None:
+        """The tree draft of ``spec.drafting.draft_tree`` and its verify tree from one
+        graph (``engine.tree_graph``), or ``None`` (run it level by level). Captures on
+        first sight of a (bucket, S, K, N).
+
+        ``rows``/``seq_lens``/``roots`` ``[B]`` int64, ``seq_lens_cpu`` their host lengths,
+        ``scratch`` ``[B, >= S * K]`` the slots of the reserved block (depth-major, then
+        branch), ``probs``/``ids`` ``[B, K]`` the extend's top-K, ``hidden`` ``[B, H]``.
+        Writes the draft K/V of depths ``1 .. S - 1`` at their scratch slots."""
+        runner = self.runner
+        attn, mask_mode = runner.draft_attn, runner.tree_mask_mode
+        size = len(seq_lens_cpu)
+        bucket = self.bucket_for(size)
+        if (
+            not self.tree_graphs
+            or bucket is None or shape.num_steps < 2 or runner.draft is None or attn is None
+            or not (attn.multi_forward_graphs and attn.draft_slots_read_in_forward)
+            or mask_mode == TreeMaskMode.FULL
+        ):
+            return None
+        key = (bucket, shape, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
+        tree = self._trees.get(key)
+        if tree is None:
+            self._init_graph_state(attn)
+            tree = TreeGraph.capture(
+                self.capture, runner.draft, attn, ops, bucket=bucket, shape=shape,
+                hidden=hidden, mask_mode=mask_mode, pad_slot=self.pad_slot,
+                slot_dtype=runner.slot_dtype,
+            )
+            self._trees[key] = tree
+        verify = tree.replay(rows, seq_lens, seq_lens_cpu, scratch, probs, ids, hidden, roots)
+        self.tree_replays += 1
+        return verify
 
     # -- capture and replay ---------------------------------------------------------------
 

@@ -179,6 +179,13 @@ class AttentionBackend(abc.ABC):
     # lists under "several forwards in one graph". Off by default: the graph runner then
     # captures one forward per graph.
     multi_forward_graphs: bool = False
+    # Whether a DRAFT_DECODE forward reads the values of ``draft_kv_slots`` itself, the
+    # hooks (``plan_for_capture``, ``plan_for_replay``, ``replay_host_updates``) at most
+    # its shape. Then, inside a graph of several forwards, the slots may be written by the
+    # ops before the forward: the tree-loop graph (``engine.tree_graph``) computes each
+    # level's ancestor slots from the levels before it. Off by default: trees then draft
+    # level by level.
+    draft_slots_read_in_forward: bool = False
 
     def __init__(self, config: AttentionConfig) -> None:
         self.config = config

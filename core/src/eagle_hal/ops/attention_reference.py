@@ -151,6 +151,7 @@ class TorchAttentionBackend(AttentionBackend):
     """
 
     multi_forward_graphs = True
+    draft_slots_read_in_forward = True  # forward() rebuilds their key columns (see there)
 
     def __init__(
         self, config: AttentionConfig, tree_mask_mode: str = TreeMaskMode.TREE_BLOCK
@@ -341,8 +342,15 @@ class TorchAttentionBackend(AttentionBackend):
             return q.new_empty(q.shape)
 
         order = store.layout.order
-        keys = gather_kv_slots(store.k_buffer(layer), metadata.key_slots, order)
-        values = gather_kv_slots(store.v_buffer(layer), metadata.key_slots, order)
+        key_slots = metadata.key_slots
+        if batch.mode is ForwardMode.DRAFT_DECODE:
+            # the draft's own key columns from the slots' current values, not the plan's:
+            # inside a tree-loop graph they are written after the hooks ran
+            assert batch.draft_kv_slots is not None
+            own = batch.draft_kv_slots.to(torch.int64).reshape(key_slots.shape[0], -1)
+            key_slots = torch.cat([key_slots[:, : key_slots.shape[1] - own.shape[1]], own], 1)
+        keys = gather_kv_slots(store.k_buffer(layer), key_slots, order)
+        values = gather_kv_slots(store.v_buffer(layer), key_slots, order)
         # keys/values: [B, max_keys, H_kv, D]
         batch_size, max_queries = metadata.key_slots.shape[0], metadata.max_queries
         if metadata.query_gather is None:

@@ -55,9 +55,19 @@ def draft_tree(
     runner: ModelRunner, ops: SamplingOps, shape: TreeShape, inputs: DraftInputs
 ) -> VerifyTree:
     """Draft S levels for every request and lay out the verify tree (root = ``roots``).
-    A chain (K = 1, N = S + 1) takes ``draft_chain``, which needs no tree bookkeeping."""
+    A chain (K = 1, N = S + 1) takes ``draft_chain``, which needs no tree bookkeeping. With
+    graphs on, the whole loop replays as one graph where it can
+    (``GraphRunner.run_draft_tree``); otherwise level by level, each level's forward still
+    replaying its own graph where one applies."""
     if shape.topk == 1 and shape.num_draft_tokens == shape.num_steps + 1:
         return draft_chain(runner, ops, shape.num_steps, inputs)
+    if runner.graphs is not None:  # the whole loop as one graph where it can
+        replayed = runner.graphs.run_draft_tree(
+            ops, shape, inputs.rows_t, inputs.seq_t, inputs.seq_lens, inputs.scratch,
+            inputs.state.topk_probs, inputs.state.topk_ids, inputs.state.hidden, inputs.roots,
+        )
+        if replayed is not None:
+            return replayed
     draft = runner.draft
     batch, topk, steps = len(inputs.rows), shape.topk, shape.num_steps
     probs, ids, root_hidden = inputs.state  # [B, K], [B, K], [B, H]

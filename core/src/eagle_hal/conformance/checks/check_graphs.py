@@ -28,7 +28,10 @@ verify tree (chain tokens, positions, layout) must equal the step-by-step loop w
 off exactly, the K/V at the draft's scratch slots within the attention tolerances (they
 are scrambled before the replay, so a step that writes nothing fails), every other slot
 but the padding page bit-identical; skipped for attention backends without
-``multi_forward_graphs`` and for full tree masks. ``test_graph_decoding_equals_plain``
+``multi_forward_graphs`` and for full tree masks. ``test_tree_loop_equals_eager`` does the
+same for the tree loop (``spec.drafting.draft_tree``, K = 2, S = 3, N = 5) as one graph,
+whose levels' ancestor slots are computed inside the graph; skipped also for backends
+without ``draft_slots_read_in_forward``. ``test_graph_decoding_equals_plain``
 decodes greedily with graphs on (batches shrink through the buckets as requests finish)
 and must equal plain decoding without graphs.
 """
@@ -225,6 +228,62 @@ def test_chain_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
         assert_close(f"{what}: draft K/V at the scratch slots vs eager", graph_kv[own_slots],
                      eager_kv[own_slots], *tolerance("float32"))
     assert graphs.chain_replays > 0
+
+
+def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
+    """The tree draft's loop as one graph equals the level-by-level loop with graphs off:
+    full, padded and too-large batches; padded rows disturb no real K/V."""
+    from eagle_hal.conformance.runner_scene import BRANCHES, DRAFT_STEPS
+    from eagle_hal.hal.sampling import TreeShape
+    from eagle_hal.spec.drafting import draft_tree
+
+    scene = RunnerScene(backend, seed=zlib.crc32(b"tree") % 1000)
+    runner, graphs = scene.runner, scene.runner.graphs
+    assert scene.graphs_on and graphs is not None
+    graphs.tree_graphs = True  # on in the engine unless EAGLE_HAL_TREE_GRAPH=0; checked here
+    attn = runner.draft_attn
+    assert attn is not None
+    if not (attn.multi_forward_graphs and attn.draft_slots_read_in_forward):
+        pytest.skip(f"{type(attn).__name__} does not declare multi_forward_graphs and "
+                    "draft_slots_read_in_forward: the tree draft replays one graph per level")
+    if runner.tree_mask_mode == TreeMaskMode.FULL:
+        pytest.skip("full tree masks are sized by the prefix lengths: the tree draft replays "
+                    "one graph per level")
+    ops = backend.sampling_ops()
+    shape = TreeShape(BRANCHES, DRAFT_STEPS, 5)
+    for size in BATCH_SIZES:
+        rows, seq_lens = scene.add_requests(size)
+        inputs = scene.tree_inputs(rows, seq_lens)
+        own = inputs.scratch[:, : (DRAFT_STEPS - 1) * BRANCHES]  # the draft's K/V slots
+        what = f"tree draft K={BRANCHES} S={DRAFT_STEPS} N=5, {_graph_use(scene, size)}"
+        with torch.inference_mode():
+            runner.graphs = None
+            try:
+                expected = draft_tree(runner, ops, shape, inputs)
+            finally:
+                runner.graphs = graphs
+            eager_kv = scene.kv_by_slot()
+            scene.scramble_draft_kv(own)
+            replays = graphs.tree_replays
+            got = draft_tree(runner, ops, shape, inputs)
+        served = graphs.tree_replays - replays
+        assert served == int(graphs.bucket_for(size) is not None), (
+            f"{what}: {served} tree loops served by a graph (graph runner bucketing)"
+        )
+        for name, value, reference in zip(got._fields, got, expected, strict=True):
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value.cpu(), reference.cpu()), (
+                    f"{what}: verify tree {name} differs from the eager loop: "
+                    f"{value.tolist()} vs {reference.tolist()}"
+                )
+            else:
+                assert value == reference, f"{what}: {name} {value!r} vs {reference!r}"
+        graph_kv = scene.kv_by_slot()
+        scene.assert_kv_kept(what, eager_kv, graph_kv, own.reshape(-1))
+        own_slots = own.reshape(-1).long().cpu()
+        assert_close(f"{what}: draft K/V at the scratch slots vs eager", graph_kv[own_slots],
+                     eager_kv[own_slots], *tolerance("float32"))
+    assert graphs.tree_replays > 0
 
 
 @pytest.mark.parametrize("spec", [

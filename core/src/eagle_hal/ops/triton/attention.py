@@ -97,6 +97,7 @@ class TritonAttentionBackend(AttentionBackend):
 
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
     multi_forward_graphs = True
+    draft_slots_read_in_forward = True  # the kernel reads them; the hooks check shapes only
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)
