@@ -82,11 +82,12 @@ def test_match_with_plain_counts_identical_outputs_and_the_common_prefix() -> No
     assert got == {"identical_outputs": 0.5, "prefix_tokens": 6 / 8}
 
 
-@pytest.mark.parametrize("mode", ["plain", "chain", "tree"])
+@pytest.mark.parametrize("mode", ["plain", "chain", "tree", "adaptive"])
 def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     """The timed run shrinks from 4 requests to 1 as they finish; the warm-up (one short
-    generation per bucket up to the batch size) has captured every graph it needs, so no
-    capture happens while it is timed. Warming up at the batch size only would not."""
+    generation per bucket up to the batch size, adaptive: also one per depth the controller
+    may probe) has captured every graph it needs, so no capture happens while it is timed.
+    Warming up at the batch size only would not."""
     from eagle_hal.api import LLM
     from eagle_hal.backends.cpu.backend import CpuBackend
     from eagle_hal.engine.request import SamplingParams

@@ -149,14 +149,24 @@ def warm_up_sizes(llm: Any, batch_size: int) -> list[int]:
     """Batch sizes to warm ``llm`` up with before timing, largest first: ``batch_size`` and,
     with device graphs on, every smaller graph bucket. As requests finish, a run at
     ``batch_size`` shrinks through those buckets; without this their graphs would be
-    captured inside the timed run. Not covered, so still captured while timed when first
-    seen: a draft extend over an accepted length the warm-up never had (its graphs are
-    keyed by the length), and in the adaptive mode a probe at a depth the bucket has not
-    run (the warm-up generation, up to 32 tokens, covers a bucket's depth warm-up)."""
+    captured inside the timed run. In the adaptive mode each size also runs once at every
+    depth the controller may probe (``warm_up_depths``). Not covered, so still captured
+    while timed when first seen: a draft extend over an accepted length the warm-up never
+    had (its graphs are keyed by the length)."""
     graphs = getattr(llm.runner, "graphs", None)
     if graphs is None:
         return [batch_size]
     return [batch_size] + [b for b in reversed(graphs.buckets) if b < batch_size]
+
+
+def warm_up_depths(worker: Any) -> list[int]:
+    """The draft depths to warm up at every size before timing: in the adaptive mode each
+    depth S > 0 the controller may probe (every new (bucket, S) captures its verify and
+    draft graphs, which inside the timed run cost more than the probe measures); none
+    otherwise."""
+    if getattr(worker, "controller", None) is None:
+        return []
+    return [s for s in worker.spec.adaptive_steps if s > 0]
 
 
 def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
@@ -165,8 +175,17 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
 
     backend = llm.backend
     warm_params = dataclasses.replace(params, max_new_tokens=min(32, params.max_new_tokens))
+    worker = llm.worker
     for size in warm_up_sizes(llm, batch_size):
-        llm.generate([prompts[i % len(prompts)] for i in range(size)], warm_params)
+        batch = [prompts[i % len(prompts)] for i in range(size)]
+        for steps in warm_up_depths(worker):
+            spec, controller = worker.spec, worker.controller
+            worker.spec, worker.controller = spec.with_steps(steps), None  # this depth only
+            try:
+                llm.generate(batch, warm_params)
+            finally:
+                worker.spec, worker.controller = spec, controller
+        llm.generate(batch, warm_params)
     backend.synchronize()
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)
