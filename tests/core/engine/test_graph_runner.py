@@ -376,3 +376,19 @@ def test_tree_loop_graph_is_off_unless_asked_for(backends, pair, monkeypatch, se
     assert got == plain(backends[0], target, PROMPTS)
     graphs = llm.runner.graphs
     assert graphs.tree_replays == 0 and "draft_decode" in {k[1].value for k in graphs._graphs}
+
+
+def test_a_tree_graph_captured_after_the_verify_graph_keeps_its_tree(backends, pair):
+    """Depths that share a verify shape (the adaptive mode's probes): the tree graph for
+    S = 2 is captured after the verify graph that S = 3 already captured for the same N,
+    so with outputs in the shared pool that verify's replays would overwrite the tree before
+    the accept reads it (an H200 crashed on this; the emulated pool poisons such outputs).
+    Decoding equals plain decoding at both depths."""
+    target, head = pair
+    expected = plain(backends[0], target, PROMPTS)
+    llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(3, 2, 5), seed=0)
+    llm.runner.enable_graphs((4,))
+    assert [o.token_ids for o in llm.generate(PROMPTS, PARAMS)] == expected
+    llm.worker.spec = SpecConfig(2, 2, 5)
+    assert [o.token_ids for o in llm.generate(PROMPTS, PARAMS)] == expected
+    assert len(llm.runner.graphs._trees) == 2 and llm.used_pages == 0

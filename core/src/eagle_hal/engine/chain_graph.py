@@ -28,7 +28,7 @@ token 0, a zero hidden state and the padding slot, so they read and write nothin
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -38,7 +38,33 @@ from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 from eagle_hal.hal.sampling import VerifyTree
 from eagle_hal.spec.drafting import chain_layout
 
-__all__ = ["ChainGraph"]
+__all__ = ["ChainGraph", "record_with_own_outputs"]
+
+
+def record_with_own_outputs(
+    capture: GraphCapture,
+    graph: DeviceGraph,
+    body: Callable[[], tuple[torch.Tensor, ...]],
+    like: tuple[torch.Tensor, ...],
+) -> tuple[torch.Tensor, ...]:
+    """Record ``body`` into ``graph`` with its outputs in tensors allocated before the
+    capture (shaped like ``like``, e.g. the warm-up's results), copied into at the end of
+    the recorded work; returns them.
+
+    Every graph of a ``GraphCapture`` shares one memory pool, and memory a capture frees
+    (its intermediates) is handed to the captures after it. Outputs allocated inside a
+    capture can therefore be the intermediates of a graph captured earlier and freed
+    since, which that graph's next replay overwrites: a draft loop's verify tree, read
+    after the target-verify graph replays, must not live in the pool."""
+    outputs = tuple(torch.empty_like(t) for t in like)
+
+    def recorded() -> tuple[torch.Tensor, ...]:
+        for out, value in zip(outputs, body(), strict=True):
+            out.copy_(value)
+        return outputs
+
+    capture.record(graph, recorded)
+    return outputs
 
 
 @dataclasses.dataclass
@@ -114,12 +140,12 @@ class ChainGraph:
             tree = chain_layout(roots, tokens.t(), seq_lens, mask_mode)
             layout = (tree.tokens, tree.positions, tree.retrieve_index,
                       tree.retrieve_next_token, tree.retrieve_next_sibling, tree.tree_mask)
-            return tuple(t.contiguous() for t in layout)  # outputs own their memory
+            return tuple(t.contiguous() for t in layout)
 
         with capture.warmup():  # compiles kernels and settles lazy state off-graph
-            loop()
+            warm = loop()
         graph = capture.new_graph()
-        outputs = capture.record(graph, loop)
+        outputs = record_with_own_outputs(capture, graph, loop, warm)
         return cls(graph, attn, mask_mode, pad_slot, rows, seq_lens, scratch, tokens,
                    hidden_in, roots, step_batches, outputs)
 

@@ -120,7 +120,10 @@ class GraphRunner:
         # (conformance ``graphs/tree_loop_equals_eager``) and runs batch-1 tree decoding
         # 1.74x faster there, but an H200 run of the adaptive mode at batch 4 hit an illegal
         # memory access in the accept kernel reading its tree (docs/benchmarks/README.md,
-        # fifth session), not yet explained: off until it is.
+        # fifth session). Cause: the tree's outputs lived in the shared graph pool, where a
+        # verify graph captured earlier overwrote them; fixed since
+        # (``chain_graph.record_with_own_outputs``) and reproduced and checked on the CPU's
+        # emulated pool, not yet on an H200: off until it is.
         setting = os.environ.get("EAGLE_HAL_TREE_GRAPH", "0").strip().lower()
         self.tree_graphs = setting in ("1", "true", "on", "yes")
 

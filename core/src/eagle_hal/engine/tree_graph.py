@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from eagle_hal.engine.chain_graph import record_with_own_outputs
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 from eagle_hal.hal.sampling import SamplingOps, TreeShape, VerifyTree
@@ -137,12 +138,12 @@ class TreeGraph:
             verify = ops.build_verify_tree(roots, tree.tokens, tree.parents, seq_lens, mask_mode)
             layout = (verify.tokens, verify.positions, verify.retrieve_index,
                       verify.retrieve_next_token, verify.retrieve_next_sibling, verify.tree_mask)
-            return tuple(t.contiguous() for t in layout)  # outputs own their memory
+            return tuple(t.contiguous() for t in layout)
 
         with capture.warmup():  # compiles kernels and settles lazy state off-graph
-            loop()
+            warm = loop()
         graph = capture.new_graph()
-        outputs = capture.record(graph, loop)
+        outputs = record_with_own_outputs(capture, graph, loop, warm)
         return cls(graph, attn, mask_mode, pad_slot, rows, seq_lens, scratch, probs, ids,
                    hidden_in, roots, step_batches, outputs)
 

@@ -10,7 +10,11 @@ copies its results into the outputs ``record`` returned. So, as on a real device
 * an attribute rebound to a new tensor, a fresh tensor allocated in ``plan_for_replay``,
   or a host value (``prefix_lens_cpu``, an int in the metadata) changed after capture is
   not: the replay reads what the capture read;
-* the outputs hold NaN (floating) or -1 (integer) until the first replay.
+* the outputs hold NaN (floating) or -1 (integer) until the first replay;
+* graphs of one capture share a memory pool: outputs allocated inside a capture (not
+  reachable from the body before it runs) may be the freed intermediates of a graph
+  recorded earlier, so every replay of that earlier graph poisons them (NaN, the largest
+  integer, True). Outputs must be read before another graph replays, or preallocated.
 
 Unlike a device graph, the body runs once at capture too (its side effects, such as KV
 writes, happen then). Objects of other types (models, runners, KV stores) are shared,
@@ -36,20 +40,23 @@ __all__ = ["EmulatedGraph", "EmulatedGraphCapture", "recording_graph_module", "s
 _T = TypeVar("_T")
 
 
-def snapshot(obj: Any, memo: dict[int, Any] | None = None) -> Any:
+def snapshot(obj: Any, memo: dict[int, Any] | None = None,
+             found: set[int] | None = None) -> Any:
     """``obj`` with its closures, dataclasses, containers and attention backends copied
     recursively and every tensor (and any other object) kept as is; aliasing is kept."""
     memo = {} if memo is None else memo
     key = id(obj)
     if key in memo:
         return memo[key]
+    if isinstance(obj, torch.Tensor) and found is not None:
+        found.add(key)  # a tensor the body reaches: allocated before its capture
     if isinstance(obj, (torch.Tensor, type)):
         return obj
     if isinstance(obj, types.FunctionType):
         if not obj.__closure__:
             return obj
         memo[key] = obj  # a closure reaching itself keeps the original
-        cells = tuple(_snapshot_cell(cell, memo) for cell in obj.__closure__)
+        cells = tuple(_snapshot_cell(cell, memo, found) for cell in obj.__closure__)
         clone = types.FunctionType(
             obj.__code__, obj.__globals__, obj.__name__, obj.__defaults__, cells
         )
@@ -57,41 +64,42 @@ def snapshot(obj: Any, memo: dict[int, Any] | None = None) -> Any:
         memo[key] = clone
         return clone
     if isinstance(obj, types.MethodType):
-        return types.MethodType(snapshot(obj.__func__, memo), snapshot(obj.__self__, memo))
+        return types.MethodType(snapshot(obj.__func__, memo, found), snapshot(obj.__self__, memo, found))
     if isinstance(obj, tuple):
-        items = [snapshot(item, memo) for item in obj]
+        items = [snapshot(item, memo, found) for item in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
     if isinstance(obj, list):
         clone_list: list[Any] = []
         memo[key] = clone_list
-        clone_list.extend(snapshot(item, memo) for item in obj)
+        clone_list.extend(snapshot(item, memo, found) for item in obj)
         return clone_list
     if isinstance(obj, dict):
         clone_dict: dict[Any, Any] = {}
         memo[key] = clone_dict
-        clone_dict.update((k, snapshot(v, memo)) for k, v in obj.items())
+        clone_dict.update((k, snapshot(v, memo, found)) for k, v in obj.items())
         return clone_dict
     if dataclasses.is_dataclass(obj):
         clone = copy.copy(obj)
         memo[key] = clone
         for field in dataclasses.fields(obj):
-            object.__setattr__(clone, field.name, snapshot(getattr(obj, field.name), memo))
+            object.__setattr__(clone, field.name, snapshot(getattr(obj, field.name), memo, found))
         return clone
     if isinstance(obj, AttentionBackend):
         clone = copy.copy(obj)
         memo[key] = clone
         for name, value in vars(obj).items():
-            setattr(clone, name, snapshot(value, memo))
+            setattr(clone, name, snapshot(value, memo, found))
         return clone
     return obj
 
 
-def _snapshot_cell(cell: types.CellType, memo: dict[int, Any]) -> types.CellType:
+def _snapshot_cell(cell: types.CellType, memo: dict[int, Any],
+                   found: set[int] | None = None) -> types.CellType:
     try:
         contents = cell.cell_contents
     except ValueError:  # a free variable not bound yet
         return types.CellType()
-    return types.CellType(snapshot(contents, memo))
+    return types.CellType(snapshot(contents, memo, found))
 
 
 def _tensors(result: Any) -> tuple[torch.Tensor, ...]:
@@ -103,12 +111,24 @@ def _tensors(result: Any) -> tuple[torch.Tensor, ...]:
     raise TypeError(f"a captured body must return tensors, got {type(result).__name__}")
 
 
+def _poison(tensor: torch.Tensor) -> None:
+    """Fill ``tensor`` with what reused memory may hold: NaN, or an integer no index fits."""
+    if tensor.is_floating_point():
+        tensor.fill_(float("nan"))
+    elif tensor.dtype == torch.bool:
+        tensor.fill_(True)
+    else:
+        tensor.fill_(torch.iinfo(tensor.dtype).max)
+
+
 class EmulatedGraph(DeviceGraph):
     """The snapshot of one recorded body and its static outputs."""
 
     def __init__(self) -> None:
         self.body: Callable[[], Any] | None = None
         self.outputs: tuple[torch.Tensor, ...] = ()
+        self.pool_outputs: tuple[torch.Tensor, ...] = ()  # outputs allocated in the capture
+        self.later: list[EmulatedGraph] = []  # graphs of the same capture recorded after it
         self.replays = 0
 
     def replay(self, host_updates: dict[str, Any] | None = None) -> None:
@@ -125,6 +145,12 @@ class EmulatedGraph(DeviceGraph):
                 )
             static.copy_(value)
         self.replays += 1
+        # The shared pool: this graph's intermediates may sit where a later capture put its
+        # outputs, so its replay leaves those garbage (outputs read right after their own
+        # replay are unaffected; outputs kept across another graph's replay are not).
+        for graph in self.later:
+            for output in graph.pool_outputs:
+                _poison(output)
 
 
 class EmulatedGraphCapture(GraphCapture):
@@ -133,6 +159,9 @@ class EmulatedGraphCapture(GraphCapture):
     Only ``record`` captures: a bare ``capture(graph)`` block cannot be replayed, so it
     raises ``TypeError``.
     """
+
+    def __init__(self) -> None:
+        self._recorded: list[EmulatedGraph] = []
 
     def new_graph(self) -> EmulatedGraph:
         return EmulatedGraph()
@@ -144,11 +173,17 @@ class EmulatedGraphCapture(GraphCapture):
         """Snapshot ``body``, run it once for its outputs, then blank them (NaN / -1)."""
         if not isinstance(graph, EmulatedGraph):
             raise TypeError(f"expected a graph from new_graph(), got {type(graph).__name__}")
-        frozen = snapshot(body)
+        found: set[int] = set()
+        frozen = snapshot(body, found=found)
         result = frozen()
         graph.body, graph.outputs = frozen, _tensors(result)
+        graph.pool_outputs = tuple(t for t in graph.outputs if id(t) not in found)
         for output in graph.outputs:
             output.fill_(float("nan") if output.is_floating_point() else -1)
+        for earlier in getattr(self, "_recorded", []):
+            earlier.later.append(graph)
+        if hasattr(self, "_recorded"):
+            self._recorded.append(graph)
         return result
 
     @contextlib.contextmanager
