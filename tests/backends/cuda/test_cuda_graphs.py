@@ -78,3 +78,23 @@ def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, no
                         PROMPTS[:batch], graphs=True)
     assert got == expected and llm.runner.graphs.num_graphs > 0
     assert (llm.runner.graphs.chain_replays > 0) == (topk == 1 and chain_graph == "1")
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_tree_graph_captured_after_its_verify_graph_is_lossless(cuda_backend, pair, batch,
+                                                                monkeypatch):
+    """The tree loop as one graph (EAGLE_HAL_TREE_GRAPH=1) at two depths sharing one verify
+    shape: the S = 2 tree graph is captured after the verify graph S = 3 captured for the
+    same N, in the shared CUDA-graph pool (the adaptive mode's probes do this; an H200 run
+    crashed on it while the tree's outputs lived in the pool). Both equal plain decoding."""
+    monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", "1")
+    target, head = pair
+    expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),
+                           PROMPTS[:batch], graphs=False)
+    llm = LLM.from_models(cuda_backend, target, head, spec=SpecConfig(3, 4, 16), seed=0)
+    assert llm.runner.enable_graphs()
+    for spec in (SpecConfig(3, 4, 16), SpecConfig(2, 4, 16), SpecConfig(3, 4, 16)):
+        llm.worker.spec = spec
+        got = [o.token_ids for o in llm.generate(PROMPTS[:batch], PARAMS)]
+        assert got == expected, spec
+    assert llm.runner.graphs.tree_replays > 0 and llm.used_pages == 0
