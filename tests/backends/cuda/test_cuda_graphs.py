@@ -83,7 +83,7 @@ def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, no
 @pytest.mark.parametrize("batch", [1, 5])
 def test_tree_graph_captured_after_its_verify_graph_is_lossless(cuda_backend, pair, batch,
                                                                 monkeypatch):
-    """The tree loop as one graph (EAGLE_HAL_TREE_GRAPH=1) at two depths sharing one verify
+    """The tree loop as one graph (on by default) at two depths sharing one verify
     shape: the S = 2 tree graph is captured after the verify graph S = 3 captured for the
     same N, in the shared CUDA-graph pool (the adaptive mode's probes do this; an H200 run
     crashed on it while the tree's outputs lived in the pool). Both equal plain decoding."""

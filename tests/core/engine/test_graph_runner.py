@@ -34,10 +34,10 @@ pytest.importorskip("triton")
 
 @pytest.fixture(autouse=True)
 def _chain_graphs_on(monkeypatch):
-    """The chain loop graph is on by default, the tree loop graph opt-in; these tests
-    exercise both (whatever the environment they run in says)."""
+    """The chain and tree loop graphs are on by default; these tests exercise them
+    (whatever the environment they run in says)."""
     monkeypatch.delenv("EAGLE_HAL_CHAIN_GRAPH", raising=False)
-    monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", "1")  # opt-in in the engine; exercised here
+    monkeypatch.delenv("EAGLE_HAL_TREE_GRAPH", raising=False)
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 30))]
 PARAMS = SamplingParams(max_new_tokens=6)
@@ -362,13 +362,10 @@ def test_tree_decoding_with_the_tree_graph_is_lossless(backends, pair, head_kind
     assert llm.runner.graphs.tree_replays > 0 and llm.used_pages == 0
 
 
-@pytest.mark.parametrize("setting", ["0", None])
-def test_tree_loop_graph_is_off_unless_asked_for(backends, pair, monkeypatch, setting):
-    """Unset or EAGLE_HAL_TREE_GRAPH=0, a tree's draft levels replay one graph each."""
-    if setting is None:
-        monkeypatch.delenv("EAGLE_HAL_TREE_GRAPH")
-    else:
-        monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", setting)
+@pytest.mark.parametrize("setting", ["0", "off"])
+def test_tree_loop_graph_can_be_turned_off(backends, pair, monkeypatch, setting):
+    """With EAGLE_HAL_TREE_GRAPH=0 (or off) a tree's draft levels replay one graph each."""
+    monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", setting)
     target, head = pair
     llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(3, 2, 6), seed=0)
     llm.runner.enable_graphs((4,))

@@ -31,8 +31,8 @@ each step with its own static batch and attention metadata (the contract for sev
 forwards in one graph is in ``eagle_hal.hal.attention``). Attention backends without
 ``multi_forward_graphs`` and ``FULL`` tree masks keep the per-step path. The tree loop
 (K > 1) is captured the same way, ``engine.tree_graph.TreeGraph``, one graph per (bucket,
-S, K, N, hidden width and dtype, tree-mask layout) when ``EAGLE_HAL_TREE_GRAPH=1`` (off by
-default: see ``GraphRunner.__init__``), for attention backends that also read ``draft_kv_slots`` in their forward
+S, K, N, hidden width and dtype, tree-mask layout) unless ``EAGLE_HAL_TREE_GRAPH=0``, for
+attention backends that also read ``draft_kv_slots`` in their forward
 (``draft_slots_read_in_forward``).
 """
 
@@ -115,17 +115,15 @@ class GraphRunner:
         # decoding 1.63x faster (docs/benchmarks/README.md, third session).
         setting = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "1").strip().lower()
         self.chain_graphs = setting not in ("0", "false", "off", "no")
-        # The tree loop (K > 1) as one graph (``tree_graph``), opt-in: EAGLE_HAL_TREE_GRAPH=1.
-        # It equals the level-by-level loop on the CPU emulation and on an H200
-        # (conformance ``graphs/tree_loop_equals_eager``) and runs batch-1 tree decoding
-        # 1.74x faster there, but an H200 run of the adaptive mode at batch 4 hit an illegal
-        # memory access in the accept kernel reading its tree (docs/benchmarks/README.md,
-        # fifth session). Cause: the tree's outputs lived in the shared graph pool, where a
-        # verify graph captured earlier overwrote them; fixed since
-        # (``chain_graph.record_with_own_outputs``) and reproduced and checked on the CPU's
-        # emulated pool, not yet on an H200: off until it is.
-        setting = os.environ.get("EAGLE_HAL_TREE_GRAPH", "0").strip().lower()
-        self.tree_graphs = setting in ("1", "true", "on", "yes")
+        # The tree loop (K > 1) as one graph (``tree_graph``), unless EAGLE_HAL_TREE_GRAPH=0.
+        # On an H200 it equals the level-by-level loop (conformance
+        # ``graphs/tree_loop_equals_eager``) and runs batch-1 tree decoding 1.74x faster.
+        # Its first version kept the verify tree in the shared graph pool, where a verify
+        # graph captured earlier overwrote it (an illegal memory access at batch 4 in the
+        # adaptive mode); ``chain_graph.record_with_own_outputs`` fixed that, checked on the
+        # H200 by tests/backends/cuda (docs/benchmarks/README.md, fifth session).
+        setting = os.environ.get("EAGLE_HAL_TREE_GRAPH", "1").strip().lower()
+        self.tree_graphs = setting not in ("0", "false", "off", "no")
 
     @property
     def num_graphs(self) -> int:

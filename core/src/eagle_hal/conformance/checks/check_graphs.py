@@ -240,7 +240,7 @@ def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
     scene = RunnerScene(backend, seed=zlib.crc32(b"tree") % 1000)
     runner, graphs = scene.runner, scene.runner.graphs
     assert scene.graphs_on and graphs is not None
-    graphs.tree_graphs = True  # opt-in in the engine (EAGLE_HAL_TREE_GRAPH=1); checked here
+    graphs.tree_graphs = True  # on in the engine unless EAGLE_HAL_TREE_GRAPH=0; checked here
     attn = runner.draft_attn
     assert attn is not None
     if not (attn.multi_forward_graphs and attn.draft_slots_read_in_forward):
