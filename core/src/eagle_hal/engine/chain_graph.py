@@ -38,7 +38,7 @@ from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 from eagle_hal.hal.sampling import VerifyTree
 from eagle_hal.spec.drafting import chain_layout
 
-__all__ = ["ChainGraph", "record_with_own_outputs"]
+__all__ = ["ChainGraph", "record_with_own_outputs", "replay_draft_loop"]
 
 
 def record_with_own_outputs(
@@ -65,6 +65,33 @@ def record_with_own_outputs(
 
     capture.record(graph, recorded)
     return outputs
+
+
+def replay_draft_loop(
+    graph: DeviceGraph,
+    attn: AttentionBackend,
+    steps: Sequence[ForwardBatch],
+    bucket: int,
+    seq_lens_cpu: Sequence[int],
+    outputs: tuple[torch.Tensor, ...],
+    mask_mode: str,
+) -> VerifyTree:
+    """The replay of a draft-loop graph (chain or tree) whose static inputs are refreshed:
+    every step's metadata and host updates in capture order (the several-forwards
+    contract, ``eagle_hal.hal.attention``) with the batch's host lengths, one replay, and
+    the verify tree of the real requests: tokens and positions copied, the other tensors
+    views of ``outputs``."""
+    size = len(seq_lens_cpu)
+    prefix_lens_cpu = tuple(seq_lens_cpu) + (0,) * (bucket - size)
+    updates = []
+    for static in steps:
+        assert static.attn_metadata is not None
+        view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
+        attn.plan_for_replay(view, static.attn_metadata)
+        updates.append(attn.replay_host_updates(view, static.attn_metadata))
+    graph.replay(merge_host_updates(updates))
+    tokens, positions, *layout = (out[:size] for out in outputs)
+    return VerifyTree(tokens.clone(), positions.clone(), *layout, mask_mode)
 
 
 @dataclasses.dataclass
@@ -175,14 +202,5 @@ class ChainGraph:
                 tensor[size:].zero_()
             self.scratch[size:].fill_(self.pad_slot)
         self.filled = size
-        bucket = self.rows.shape[0]
-        prefix_lens_cpu = tuple(seq_lens_cpu) + (0,) * (bucket - size)
-        updates = []
-        for static in self.steps:  # capture order, as the several-forwards contract asks
-            assert static.attn_metadata is not None
-            view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
-            self.attn.plan_for_replay(view, static.attn_metadata)
-            updates.append(self.attn.replay_host_updates(view, static.attn_metadata))
-        self.graph.replay(merge_host_updates(updates))
-        tokens, positions, *layout = (out[:size] for out in self.outputs)
-        return VerifyTree(tokens.clone(), positions.clone(), *layout, self.mask_mode)
+        return replay_draft_loop(self.graph, self.attn, self.steps, self.rows.shape[0],
+                                 seq_lens_cpu, self.outputs, self.mask_mode)

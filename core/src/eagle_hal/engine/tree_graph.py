@@ -37,9 +37,9 @@ from typing import Any
 
 import torch
 
-from eagle_hal.engine.chain_graph import record_with_own_outputs
+from eagle_hal.engine.chain_graph import record_with_own_outputs, replay_draft_loop
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
 from eagle_hal.hal.sampling import SamplingOps, TreeShape, VerifyTree
 
 __all__ = ["TreeGraph"]
@@ -178,14 +178,5 @@ class TreeGraph:
                 tensor[size:].zero_()
             self.scratch[:, size:].fill_(self.pad_slot)
         self.filled = size
-        bucket = self.rows.shape[0]
-        prefix_lens_cpu = tuple(seq_lens_cpu) + (0,) * (bucket - size)
-        updates = []
-        for static in self.steps:  # capture order, as the several-forwards contract asks
-            assert static.attn_metadata is not None
-            view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
-            self.attn.plan_for_replay(view, static.attn_metadata)
-            updates.append(self.attn.replay_host_updates(view, static.attn_metadata))
-        self.graph.replay(merge_host_updates(updates))
-        tokens, positions, *layout = (out[:size] for out in self.outputs)
-        return VerifyTree(tokens.clone(), positions.clone(), *layout, self.mask_mode)
+        return replay_draft_loop(self.graph, self.attn, self.steps, self.rows.shape[0],
+                                 seq_lens_cpu, self.outputs, self.mask_mode)

@@ -64,7 +64,9 @@ def snapshot(obj: Any, memo: dict[int, Any] | None = None,
         memo[key] = clone
         return clone
     if isinstance(obj, types.MethodType):
-        return types.MethodType(snapshot(obj.__func__, memo, found), snapshot(obj.__self__, memo, found))
+        return types.MethodType(
+            snapshot(obj.__func__, memo, found), snapshot(obj.__self__, memo, found)
+        )
     if isinstance(obj, tuple):
         items = [snapshot(item, memo, found) for item in obj]
         return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)

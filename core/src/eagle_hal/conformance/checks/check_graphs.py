@@ -200,34 +200,51 @@ def test_chain_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
         inputs = scene.chain_inputs(rows, seq_lens)
         own = inputs.scratch[:, : CHAIN_STEPS - 1]  # [B, S - 1] the draft's K/V slots
         what = f"chain draft S={CHAIN_STEPS}, {_graph_use(scene, size)}"
-        with torch.inference_mode():
-            runner.graphs = None
-            try:
-                expected = draft_chain(runner, ops, CHAIN_STEPS, inputs)
-            finally:
-                runner.graphs = graphs
-            eager_kv = scene.kv_by_slot()
-            scene.scramble_draft_kv(own)
-            replays = graphs.chain_replays
-            got = draft_chain(runner, ops, CHAIN_STEPS, inputs)
-        served = graphs.chain_replays - replays
-        assert served == int(graphs.bucket_for(size) is not None), (
-            f"{what}: {served} chain loops served by a graph (graph runner bucketing)"
+        _assert_loop_graph_equals_eager(
+            scene, "chain", what, size, own,
+            lambda inputs=inputs: draft_chain(runner, ops, CHAIN_STEPS, inputs), tolerance,
         )
-        for name, value, reference in zip(got._fields, got, expected, strict=True):
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(value.cpu(), reference.cpu()), (
-                    f"{what}: verify tree {name} differs from the eager loop: "
-                    f"{value.tolist()} vs {reference.tolist()}"
-                )
-            else:
-                assert value == reference, f"{what}: {name} {value!r} vs {reference!r}"
-        graph_kv = scene.kv_by_slot()
-        scene.assert_kv_kept(what, eager_kv, graph_kv, own.reshape(-1))
-        own_slots = own.reshape(-1).long().cpu()
-        assert_close(f"{what}: draft K/V at the scratch slots vs eager", graph_kv[own_slots],
-                     eager_kv[own_slots], *tolerance("float32"))
     assert graphs.chain_replays > 0
+
+
+def _assert_loop_graph_equals_eager(
+    scene: RunnerScene, kind: str, what: str, size: int, own: torch.Tensor,
+    draft: Any, tolerance: Any,
+) -> None:
+    """``draft()`` (a chain or tree draft loop) with graphs off, then through the graph
+    runner over draft K/V scrambled at ``own`` (the loop's scratch slots): one replay of a
+    ``kind`` loop graph when a bucket holds the batch, the same verify tree exactly, the
+    same K/V at ``own`` within float32 tolerance, every other slot but the padding page's
+    kept."""
+    runner, graphs = scene.runner, scene.runner.graphs
+    counter = f"{kind}_replays"
+    with torch.inference_mode():
+        runner.graphs = None
+        try:
+            expected = draft()
+        finally:
+            runner.graphs = graphs
+        eager_kv = scene.kv_by_slot()
+        scene.scramble_draft_kv(own)
+        replays = getattr(graphs, counter)
+        got = draft()
+    served = getattr(graphs, counter) - replays
+    assert served == int(graphs.bucket_for(size) is not None), (
+        f"{what}: {served} {kind} loops served by a graph (graph runner bucketing)"
+    )
+    for name, value, reference in zip(got._fields, got, expected, strict=True):
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value.cpu(), reference.cpu()), (
+                f"{what}: verify tree {name} differs from the eager loop: "
+                f"{value.tolist()} vs {reference.tolist()}"
+            )
+        else:
+            assert value == reference, f"{what}: {name} {value!r} vs {reference!r}"
+    graph_kv = scene.kv_by_slot()
+    scene.assert_kv_kept(what, eager_kv, graph_kv, own.reshape(-1))
+    own_slots = own.reshape(-1).long().cpu()
+    assert_close(f"{what}: draft K/V at the scratch slots vs eager", graph_kv[own_slots],
+                 eager_kv[own_slots], *tolerance("float32"))
 
 
 def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
@@ -256,33 +273,10 @@ def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
         inputs = scene.tree_inputs(rows, seq_lens)
         own = inputs.scratch[:, : (DRAFT_STEPS - 1) * BRANCHES]  # the draft's K/V slots
         what = f"tree draft K={BRANCHES} S={DRAFT_STEPS} N=5, {_graph_use(scene, size)}"
-        with torch.inference_mode():
-            runner.graphs = None
-            try:
-                expected = draft_tree(runner, ops, shape, inputs)
-            finally:
-                runner.graphs = graphs
-            eager_kv = scene.kv_by_slot()
-            scene.scramble_draft_kv(own)
-            replays = graphs.tree_replays
-            got = draft_tree(runner, ops, shape, inputs)
-        served = graphs.tree_replays - replays
-        assert served == int(graphs.bucket_for(size) is not None), (
-            f"{what}: {served} tree loops served by a graph (graph runner bucketing)"
+        _assert_loop_graph_equals_eager(
+            scene, "tree", what, size, own,
+            lambda inputs=inputs: draft_tree(runner, ops, shape, inputs), tolerance,
         )
-        for name, value, reference in zip(got._fields, got, expected, strict=True):
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(value.cpu(), reference.cpu()), (
-                    f"{what}: verify tree {name} differs from the eager loop: "
-                    f"{value.tolist()} vs {reference.tolist()}"
-                )
-            else:
-                assert value == reference, f"{what}: {name} {value!r} vs {reference!r}"
-        graph_kv = scene.kv_by_slot()
-        scene.assert_kv_kept(what, eager_kv, graph_kv, own.reshape(-1))
-        own_slots = own.reshape(-1).long().cpu()
-        assert_close(f"{what}: draft K/V at the scratch slots vs eager", graph_kv[own_slots],
-                     eager_kv[own_slots], *tolerance("float32"))
     assert graphs.tree_replays > 0
 
 
