@@ -17,7 +17,8 @@ up, a rotary half with its partner), with the prologue — residual add, then th
 inverse RMS — recomputed by every program: the rows are a few hundred values each. No
 split over the reduction: results are deterministic, and a row's sum order does not
 depend on the other rows, so a token gives the same projection alone or in a verify batch
-of up to ``BLOCK_M`` rows.
+of up to 16 rows (larger batches, and float32, take narrower reduction tiles: another
+summation order, see ``default_config``).
 
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
