@@ -107,12 +107,17 @@ def test_qkv_rotary_equals_norm_linear_rotary(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rows,hidden,intermediate", [(1, 96, 160), (7, 37, 50), (32, 64, 48)])
-def test_gate_up_silu_equals_add_norm_linear_silu(dtype, rows, hidden, intermediate):
-    """residual add + RMSNorm + gate/up + silu(gate) * up equal the unfused ops."""
+@pytest.mark.parametrize("rows,hidden,intermediate,has_residual,has_norm", [
+    (1, 96, 160, True, True), (7, 37, 50, True, True), (32, 64, 48, True, True),
+    (3, 40, 24, False, True), (2, 40, 24, False, False),
+])
+def test_gate_up_silu_equals_add_norm_linear_silu(
+    dtype, rows, hidden, intermediate, has_residual, has_norm
+):
+    """[residual add +] [RMSNorm +] gate/up + silu(gate) * up equal the unfused ops."""
     x = randn(rows, hidden, dtype=dtype, seed=7)
-    residual = randn(rows, hidden, dtype=dtype, seed=8)
-    norm_weight = 1 + 0.1 * randn(hidden, dtype=dtype, seed=9)
+    residual = randn(rows, hidden, dtype=dtype, seed=8) if has_residual else None
+    norm_weight = 1 + 0.1 * randn(hidden, dtype=dtype, seed=9) if has_norm else None
     weight = randn(2 * intermediate, hidden, dtype=dtype, seed=10, scale=hidden**-0.5)
 
     activated, stream = fused.gate_up_silu(x, residual, norm_weight, EPS, weight)
@@ -120,6 +125,8 @@ def test_gate_up_silu_equals_add_norm_linear_silu(dtype, rows, hidden, intermedi
     total, normed = stream_and_input(x, residual, norm_weight)
     assert_close(activated, reference.silu_mul(F.linear(normed, weight)))
     assert_close(stream, total)
+    if residual is None:
+        assert stream is x
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
