@@ -33,16 +33,17 @@ from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
 from eagle_hal.hal.kv_layout import KVLayout
 
 
-def require_cuda() -> None:
+def require_cuda(script: str = "bench_attention.py") -> None:
+    """Exit with a message naming ``script`` unless CUDA and Triton are available."""
     if not torch.cuda.is_available():
         sys.exit(
-            "bench_attention.py needs a CUDA device: torch.cuda.is_available() is False "
+            f"{script} needs a CUDA device: torch.cuda.is_available() is False "
             f"(torch {torch.__version__}). Run it on the GPU host."
         )
     try:
         import triton  # noqa: F401, PLC0415
     except ImportError as error:
-        sys.exit(f"bench_attention.py needs Triton: {error}")
+        sys.exit(f"{script} needs Triton: {error}")
 
 
 def graph_median_us(call: Callable[[], object], calls: int, repeats: int) -> float:

@@ -22,48 +22,14 @@ ones of one layer first. Needs a CUDA device and Triton.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-
-def require_cuda() -> None:
-    if not torch.cuda.is_available():
-        sys.exit(
-            "bench_fused_linear.py needs a CUDA device: torch.cuda.is_available() is False "
-            f"(torch {torch.__version__}). Run it on the GPU host."
-        )
-    try:
-        import triton  # noqa: F401, PLC0415
-    except ImportError as error:
-        sys.exit(f"bench_fused_linear.py needs Triton: {error}")
-
-
-def graph_median_us(call: Callable[[], object], calls: int, repeats: int) -> float:
-    """Median device time per unit of ``call`` (which runs ``calls`` units) from a graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        call()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / calls)
-    return statistics.median(times)
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_attention import graph_median_us, require_cuda  # noqa: E402
 
 
 class Layers:
@@ -144,7 +110,7 @@ def main() -> int:
     parser.add_argument("--configs", default="16x128x4x3,16x512x4x3,16x256x2x3,16x256x8x3,"
                         "16x256x4x2,16x256x4x4,32x256x4x3")
     args = parser.parse_args()
-    require_cuda()
+    require_cuda("bench_fused_linear.py")
     dtype = getattr(torch, args.dtype)
     configs = [c for c in args.configs.split(",") if c]
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, "
@@ -159,13 +125,14 @@ def main() -> int:
             expected, fused = one.unfused(), one.fused()
             for e, f in zip(expected, fused, strict=True):
                 torch.testing.assert_close(f.float(), e.float(), atol=0.1, rtol=0.05)
-            unfused_us = graph_median_us(layers.unfused, args.layers, args.repeats)
-            fused_us = graph_median_us(layers.fused, args.layers, args.repeats)
+            # one graph of all the layers; per layer = its time / the number of layers
+            unfused_us = graph_median_us(layers.unfused, 1, args.repeats) / args.layers
+            fused_us = graph_median_us(layers.fused, 1, args.repeats) / args.layers
             line = f"{rows:>5} {unfused_us:9.2f} {fused_us:9.2f} {unfused_us / fused_us:6.2f}x"
             for text in configs:
                 config = parse_config(text)
-                us = graph_median_us(lambda c=config: layers.fused(c), args.layers,
-                                     args.repeats)
+                us = graph_median_us(lambda c=config: layers.fused(c), 1,
+                                     args.repeats) / args.layers
                 line += f" {us:12.2f}"
         print(line, flush=True)
     return 0

@@ -209,13 +209,8 @@ class GraphRunner:
         its other tensors are views of the graph's outputs, the same at every replay."""
         runner = self.runner
         attn, mask_mode = runner.draft_attn, runner.tree_mask_mode
-        size = len(seq_lens_cpu)
-        bucket = self.bucket_for(size)
-        if (
-            not self.chain_graphs
-            or bucket is None or steps < 2 or runner.draft is None or attn is None
-            or not attn.multi_forward_graphs or mask_mode == TreeMaskMode.FULL
-        ):
+        bucket = self._draft_loop_bucket(len(seq_lens_cpu), steps, self.chain_graphs, False)
+        if bucket is None or attn is None:
             return None
         key = (bucket, steps, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
         chain = self._chains.get(key)
@@ -254,14 +249,10 @@ class GraphRunner:
         Writes the draft K/V of depths ``1 .. S - 1`` at their scratch slots."""
         runner = self.runner
         attn, mask_mode = runner.draft_attn, runner.tree_mask_mode
-        size = len(seq_lens_cpu)
-        bucket = self.bucket_for(size)
-        if (
-            not self.tree_graphs
-            or bucket is None or shape.num_steps < 2 or runner.draft is None or attn is None
-            or not (attn.multi_forward_graphs and attn.draft_slots_read_in_forward)
-            or mask_mode == TreeMaskMode.FULL
-        ):
+        bucket = self._draft_loop_bucket(
+            len(seq_lens_cpu), shape.num_steps, self.tree_graphs, True
+        )
+        if bucket is None or attn is None:
             return None
         key = (bucket, shape, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
         tree = self._trees.get(key)
@@ -276,6 +267,24 @@ class GraphRunner:
         verify = tree.replay(rows, seq_lens, seq_lens_cpu, scratch, probs, ids, hidden, roots)
         self.tree_replays += 1
         return verify
+
+    def _draft_loop_bucket(
+        self, size: int, steps: int, enabled: bool, computes_draft_slots: bool
+    ) -> int | None:
+        """The bucket a draft loop of ``steps`` levels over ``size`` requests replays in as
+        one graph, or ``None``: the loop kind is switched off, no bucket holds the batch,
+        fewer than two levels, no draft, an attention without ``multi_forward_graphs`` (or,
+        for a loop that computes its ancestor slots in the graph, without
+        ``draft_slots_read_in_forward``), or ``FULL`` tree masks (sized by host lengths)."""
+        runner = self.runner
+        attn = runner.draft_attn
+        if not enabled or steps < 2 or runner.draft is None or attn is None:
+            return None
+        if not attn.multi_forward_graphs or runner.tree_mask_mode == TreeMaskMode.FULL:
+            return None
+        if computes_draft_slots and not attn.draft_slots_read_in_forward:
+            return None
+        return self.bucket_for(size)
 
     # -- capture and replay ---------------------------------------------------------------
 
