@@ -70,6 +70,12 @@ def test_rejects_bad_settings(field, value):
         TrainConfig(**{field: value})
 
 
+def test_rejects_a_loss_with_no_term():
+    with pytest.raises(ValueError, match="at least one loss weight"):
+        TrainConfig(regression_weight=0.0, cross_entropy_weight=0.0)
+    TrainConfig(regression_weight=0.0, cross_entropy_weight=1.0)  # cross-entropy alone is fine
+
+
 def test_unroll_step_weights():
     """One weight per unroll step, decaying geometrically; one step by default."""
     assert TrainConfig().step_weights == (1.0,)

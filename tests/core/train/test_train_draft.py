@@ -133,17 +133,21 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
 
 
 def test_train_draft_unrolled(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):
-    """``--unroll-steps 2`` in one command: the loss falls, the recipe records the unroll,
-    the head generates losslessly."""
+    """``--unroll-steps 2`` with the cross-entropy alone (``--regression-weight 0``), in one
+    command: the loss falls, the recipe records the unroll and the weights, the head
+    generates losslessly."""
     target, _ = tiny_chat
     out = tmp_path / "head"
     unroll = ["--unroll-steps", "2", "--unroll-decay", "0.8"]
+    unroll += ["--regression-weight", "0", "--cross-entropy-weight", "1"]
     common = _common(tiny_chat_model, out)
     assert main(["train-draft", *common, *DATA_ARGS, *TRAIN_ARGS, *unroll]) == 0
 
     recipe = read_recipe(out)
     assert recipe is not None and recipe["steps"] == 60
     assert recipe["train"]["unroll_steps"] == 2 and recipe["train"]["unroll_decay"] == 0.8
+    assert recipe["train"]["regression_weight"] == 0.0
+    assert recipe["train"]["cross_entropy_weight"] == 1.0
     assert "--unroll-steps 2" in recipe["command"]
     assert recipe["train_loss_last"] < 0.9 * recipe["train_loss_first"]
     dataset = DistillDataset.load(tmp_path / "head.data.safetensors")

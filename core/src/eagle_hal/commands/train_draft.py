@@ -130,6 +130,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument(
         "--feature-noise", type=float, default=0.1, help="uniform half-width, x feature RMS"
     )
+    train.add_argument(
+        "--regression-weight",
+        type=float,
+        default=1.0,
+        help="weight of the smooth-L1 feature regression (0: cross-entropy only)",
+    )
     train.add_argument("--cross-entropy-weight", type=float, default=0.1)
     train.add_argument(
         "--unroll-steps",
@@ -296,6 +302,7 @@ def _train(
         lr=args.lr,
         warmup_fraction=args.warmup_fraction,
         feature_noise=args.feature_noise,
+        regression_weight=args.regression_weight,
         cross_entropy_weight=args.cross_entropy_weight,
         unroll_steps=args.unroll_steps,
         unroll_decay=args.unroll_decay,

@@ -53,6 +53,8 @@ class TrainConfig:
             raise ValueError("warmup_fraction must lie in [0, 1) and min_lr_ratio in [0, 1]")
         if self.regression_weight < 0 or self.cross_entropy_weight < 0:
             raise ValueError("loss weights must be >= 0")
+        if self.regression_weight == 0 and self.cross_entropy_weight == 0:
+            raise ValueError("at least one loss weight must be > 0")
         if self.feature_noise < 0:
             raise ValueError("feature_noise must be >= 0")
         if self.unroll_steps < 1:
