@@ -116,7 +116,8 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
         return generate(prompts, params)
 
     llm.generate = counting_generate
-    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32]]  # 4, then 1
+    # 4, then 1; the last prompt's length is new to the timed run (its prefill runs eagerly)
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32, 33, 34]]
     bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
     assert llm.runner.graphs.num_graphs == graphs_at_call[-1] > 0  # none during the timed run
     # the oracle that this can fail: a fresh engine warmed at 4 only captures while timed

@@ -160,7 +160,11 @@ class EagleWorker:
                 self._pending.drop(request.request_id)
             draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
-            self._draft_extend(requests, rows, draft_ids, features, [0] * len(rows), lengths)
+            # eager, as the target's prefill: a graph per prompt length would be captured
+            # for nearly every request (in a timed run too) and replayed almost never
+            self._draft_extend(
+                requests, rows, draft_ids, features, [0] * len(rows), lengths, eager=True
+            )
         return [[root] if f else [] for root, f in zip(roots, fresh)]
 
     @torch.inference_mode()
