@@ -138,3 +138,24 @@ def test_prefill_captures_no_graph(cpu_backend, random_pair, spec):
         count_before = llm.runner.graphs.num_graphs
         llm.generate([list(range(1, 1 + length))], SamplingParams(max_new_tokens=1))
         assert graphs_after_prefill[-1] == count_before
+
+
+def test_adaptive_iterations_build_each_depths_settings_once(cpu_backend, random_pair, monkeypatch):
+    """The per-iteration host work of the adaptive mode stays that of plain decoding: the
+    settings of each depth are built once, not once per iteration (a random head settles
+    at S = 0 and runs a hundred iterations there)."""
+    target, head = random_pair
+    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(3, 2, 4, adaptive=True),
+                          max_batch_size=4, seed=0)
+    built = []
+    post_init = SpecConfig.__post_init__
+
+    def counting_post_init(self):
+        built.append(self.num_steps)
+        post_init(self)
+
+    monkeypatch.setattr(SpecConfig, "__post_init__", counting_post_init)
+    outputs = llm.generate(PROMPTS[:4], SamplingParams(max_new_tokens=100, ignore_eos=True))
+    iterations = sum(o.stats.verify_steps for o in outputs) / len(outputs)
+    assert iterations >= 90
+    assert sorted(built) == sorted(set(built)) and len(built) <= len(SpecConfig().adaptive_steps)
