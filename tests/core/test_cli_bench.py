@@ -116,7 +116,8 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
         return generate(prompts, params)
 
     llm.generate = counting_generate
-    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32]]  # 4, then 1
+    # 4, then 1; the last prompt's length is new to the timed run (its prefill runs eagerly)
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32, 33, 34]]
     bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
     assert llm.runner.graphs.num_graphs == graphs_at_call[-1] > 0  # none during the timed run
     # the oracle that this can fail: a fresh engine warmed at 4 only captures while timed
@@ -127,3 +128,44 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     before = fresh.runner.graphs.num_graphs
     fresh.generate(prompts, SamplingParams(max_new_tokens=6))
     assert fresh.runner.graphs.num_graphs > before
+
+
+def test_adaptive_controller_is_settled_before_the_timed_run():
+    """Requests that stop at EOS after a few tokens: the warm-up (EOS ignored, repeated
+    until the controller settles) leaves no warm-up iteration of the controller, deep
+    depths first, to the timed run. One warm-up generation honouring EOS would."""
+    from eagle_hal.api import LLM
+    from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    target = tiny_target(seed=3, eos=tuple(range(60, 97)))  # EOS: about 2 tokens in 5
+    config = bench.BenchConfig(modes=("adaptive",), batch_sizes=(4,), max_new_tokens=16,
+                               steps=3, topk=2, draft_tokens=4)
+    prompts = [[1 + i, 2 + i, 3 + i] for i in range(8)]
+
+    def timed_warm_up_iterations(warm_up) -> tuple[int, int]:
+        llm = LLM.from_models(select_backend("cpu"), target, tiny_eagle1(target),
+                              spec=config.spec_for("adaptive"), max_batch_size=4,
+                              max_context=256, seed=0)
+        controller, phases = llm.worker.controller, []
+        observe = controller.observe
+
+        def recording_observe(batch_size, steps, *args):
+            phases.append(controller.settled(batch_size) is None)
+            return observe(batch_size, steps, *args)
+
+        controller.observe = recording_observe
+        warm_up(llm)
+        phases.clear()
+        llm.generate(prompts, SamplingParams(max_new_tokens=16))
+        return sum(phases), len(phases)
+
+    def bench_warm_up(llm):
+        bench._measure(llm, prompts, SamplingParams(max_new_tokens=16), 4, split=False)
+
+    warming, iterations = timed_warm_up_iterations(bench_warm_up)
+    assert iterations > 0 and warming == 0
+    # the oracle that this can fail: one short warm-up generation that honours EOS
+    warming, _ = timed_warm_up_iterations(
+        lambda llm: llm.generate(prompts[:4], SamplingParams(max_new_tokens=16)))
+    assert warming > 0

@@ -192,3 +192,25 @@ def test_a_new_bucket_starts_at_its_neighbours_depth_and_learns_its_own() -> Non
     settled = _drive(controller, small, 1, 200)
     assert settled[-1] == 4
     assert controller.settled(64) == 0
+
+
+def test_first_probe_after_the_warmup_keeps_within_the_budget() -> None:
+    """Settled at S = 0 where drafting is costly, the first probe comes late enough that
+    its extra time (by the simulated costs) is at most ``probe_budget`` of the time spent
+    at S = 0 since the warm-up; a fixed first interval of 64 would spend 6%."""
+    model = _CostModel(64, 0.02, 1e-3, 0.5e-3, 0.5e-3, noise=0.0)
+    controller = AdaptiveController(CANDIDATES, probe_interval=64, probe_budget=0.02)
+    chosen = []
+    for _ in range(2000):
+        steps = controller.choose(64)
+        chosen.append(steps)
+        controller.observe(64, steps, *model.iterate(steps))
+    warmup = 3 * len(CANDIDATES)
+    assert controller.settled(64) == 0 and chosen[warmup - 3 : warmup] == [0, 0, 0]
+    first = next(i for i in range(warmup, len(chosen)) if chosen[i] > 0)
+
+    def seconds(steps: int) -> float:  # one iteration, as the cost model charges it
+        return model.verify + steps * model.draft_step + (model.extend if steps else 0.0)
+
+    extra = controller.probe_iterations * (seconds(chosen[first]) - seconds(0))
+    assert extra <= 0.02 * (first - warmup) * seconds(0) * 1.01

@@ -109,3 +109,53 @@ def test_batch_invariance(cpu_backend, good_pair, params):
     llm = LLM.from_models(cpu_backend, target, head, spec=spec, seed=0, max_batch_size=16)
     crowded = llm.generate(others[:4] + [probe] + others[4:], params)[4]
     assert crowded.token_ids == alone.token_ids
+
+
+@pytest.mark.parametrize("spec", [SpecConfig(2, 2, 4), SpecConfig(3, 4, 8, adaptive=True)])
+def test_prefill_captures_no_graph(cpu_backend, random_pair, spec):
+    """Prefills of prompts of every length run eagerly, the draft's extend as the target's:
+    a graph per prompt length would be captured for nearly every request."""
+    from eagle_hal.backends.cpu.backend import CpuBackend
+    from eagle_hal.testing.graphs import EmulatedGraphCapture
+
+    class Replaying(CpuBackend):
+        def graph_capture(self):
+            return EmulatedGraphCapture()
+
+    backend = Replaying(cpu_backend.descriptor, cpu_backend.device_spec)
+    target, head = random_pair
+    llm = LLM.from_models(backend, target, head, spec=spec, max_batch_size=2, seed=0)
+    assert llm.runner.enable_graphs()
+    prefill, graphs_after_prefill = llm.worker.prefill, []
+
+    def counting_prefill(requests):
+        emitted = prefill(requests)
+        graphs_after_prefill.append(llm.runner.graphs.num_graphs)
+        return emitted
+
+    llm.worker.prefill = counting_prefill
+    for length in (3, 5, 8):
+        count_before = llm.runner.graphs.num_graphs
+        llm.generate([list(range(1, 1 + length))], SamplingParams(max_new_tokens=1))
+        assert graphs_after_prefill[-1] == count_before
+
+
+def test_adaptive_iterations_build_each_depths_settings_once(cpu_backend, random_pair, monkeypatch):
+    """The per-iteration host work of the adaptive mode stays that of plain decoding: the
+    settings of each depth are built once, not once per iteration (a random head settles
+    at S = 0 and runs a hundred iterations there)."""
+    target, head = random_pair
+    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(3, 2, 4, adaptive=True),
+                          max_batch_size=4, seed=0)
+    built = []
+    post_init = SpecConfig.__post_init__
+
+    def counting_post_init(self):
+        built.append(self.num_steps)
+        post_init(self)
+
+    monkeypatch.setattr(SpecConfig, "__post_init__", counting_post_init)
+    outputs = llm.generate(PROMPTS[:4], SamplingParams(max_new_tokens=100, ignore_eos=True))
+    iterations = sum(o.stats.verify_steps for o in outputs) / len(outputs)
+    assert iterations >= 90
+    assert sorted(built) == sorted(set(built)) and len(built) <= len(SpecConfig().adaptive_steps)

@@ -3,7 +3,8 @@
 For every mode (``plain``, ``chain``, ``tree``, ``adaptive``) and batch size it builds an
 engine over the same loaded models, warms it up (graph capture included: one short
 generation per graph bucket the run passes through as its requests finish, as a server
-captures its graphs at start-up), then decodes the
+captures its graphs at start-up; adaptive: until the controller has settled at each of
+those sizes, so that the timed run holds no warm-up iteration), then decodes the
 prompts twice: once untimed-per-phase for throughput (output tokens/s, accept length), once
 with per-phase synchronisation for the split of an iteration into draft / verify / accept /
 draft-extend. Speedups are over ``plain`` at the same batch size in the same run. With
@@ -169,12 +170,27 @@ def warm_up_depths(worker: Any) -> list[int]:
     return [s for s in worker.spec.adaptive_steps if s > 0]
 
 
+def settle(llm: Any, batch: list[list[int]], params: Any, max_rounds: int = 8) -> None:
+    """Generate ``batch`` until the adaptive controller has settled at its size (at most
+    ``max_rounds`` generations; one without a controller): its warm-up runs every depth,
+    the deepest first, and left unfinished it would run inside the timed run."""
+    controller = getattr(llm.worker, "controller", None)
+    for _ in range(max_rounds):
+        llm.generate(batch, params)
+        if controller is None or controller.settled(len(batch)) is not None:
+            return
+
+
 def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
              split: bool) -> dict[str, Any]:
     from eagle_hal.spec.worker import IterationTimes
 
     backend = llm.backend
-    warm_params = dataclasses.replace(params, max_new_tokens=min(32, params.max_new_tokens))
+    # EOS ignored: a warm-up that ends early would leave graphs or the controller's
+    # warm-up to the timed run
+    warm_params = dataclasses.replace(
+        params, max_new_tokens=min(32, params.max_new_tokens), ignore_eos=True
+    )
     worker = llm.worker
     for size in warm_up_sizes(llm, batch_size):
         batch = [prompts[i % len(prompts)] for i in range(size)]
@@ -185,7 +201,7 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
                 llm.generate(batch, warm_params)
             finally:
                 worker.spec, worker.controller = spec, controller
-        llm.generate(batch, warm_params)
+        settle(llm, batch, warm_params)
     backend.synchronize()
     start = time.perf_counter()
     outputs = llm.generate(prompts, params)

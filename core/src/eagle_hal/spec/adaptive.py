@@ -18,6 +18,8 @@ not the chain formula's, and the cost of drafting depends on the batch.
   interval (up to ``max_probe_interval``), and stretches it further when the probe's cost
   (its extra time over the settled depth, plus the draft's catch-up after a stretch at
   S = 0) would exceed ``probe_budget`` of the time between probes; a switch resets it.
+  The first probe after the warm-up keeps within the budget too, by the times the warm-up
+  measured.
   The catch-up is charged to the probe, not to the depth's steady-state time: it is paid
   once per return to S > 0.
 * Between probes, a settled S > 0 that measures slower than S = 0 did drops to 0 at once:
@@ -190,6 +192,7 @@ class AdaptiveController:
                 return
             if bucket.settled is None:  # warm-up done: take the best outright
                 bucket.settled = self._best(bucket)
+                bucket.probe_interval = self._first_probe_interval(bucket)
                 return
             self._after_probe(bucket, steps)
             return
@@ -232,12 +235,27 @@ class AdaptiveController:
             bucket.probe_interval = self.probe_interval
         else:
             interval = min(2 * bucket.probe_interval, self.max_probe_interval)
-            settled_seconds = bucket.stats[bucket.settled].seconds
-            if settled_seconds > 0:  # keep probing within its share of the time
-                affordable = bucket.probe_cost / (self.probe_budget * settled_seconds)
-                interval = max(interval, min(int(affordable) + 1, 16 * self.max_probe_interval))
-            bucket.probe_interval = interval
+            bucket.probe_interval = self._within_budget(bucket, interval, bucket.probe_cost)
         bucket.probe_cost = 0.0
+
+    def _first_probe_interval(self, bucket: _Bucket) -> int:
+        """The interval to the first probe after the warm-up, which measured every depth:
+        long enough that the probe's expected extra time keeps within ``probe_budget``."""
+        assert bucket.settled is not None
+        others = [s for s in self.candidates if s != bucket.settled]
+        probe = others[(bucket.probes + 1) % len(others)]  # the one ``_next_probe`` gives
+        extra = bucket.stats[probe].seconds - bucket.stats[bucket.settled].seconds
+        return self._within_budget(bucket, self.probe_interval, self.probe_iterations * extra)
+
+    def _within_budget(self, bucket: _Bucket, interval: int, probe_cost: float) -> int:
+        """``interval`` stretched so that a probe costing ``probe_cost`` seconds beyond
+        the settled depth keeps within ``probe_budget`` of the time between probes."""
+        assert bucket.settled is not None
+        settled_seconds = bucket.stats[bucket.settled].seconds
+        if settled_seconds <= 0 or probe_cost <= 0:
+            return interval
+        affordable = probe_cost / (self.probe_budget * settled_seconds)
+        return max(interval, min(int(affordable) + 1, 16 * self.max_probe_interval))
 
     def _next_probe(self, bucket: _Bucket) -> int:
         """The next other depth to probe, round robin over the candidates."""

@@ -104,6 +104,9 @@ class EagleWorker:
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._pending = PendingDraftInputs()  # what the draft missed while S = 0
         self._one_node: dict[object, tuple[torch.Tensor, ...]] = {}  # single_node_tree's
+        # the settings per depth, built once per ``spec`` (which callers may swap): an
+        # iteration at S = 0 should cost the host no more than plain decoding does
+        self._specs: tuple[SpecConfig, dict[int, SpecConfig]] = (spec, {})
 
     # -- engine interface --------------------------------------------------------------------
 
@@ -111,8 +114,19 @@ class EagleWorker:
         steps = max(self.spec.adaptive_steps) if self.controller else self.spec.num_steps
         if not self.has_draft or steps == 0:
             return 1
-        spec = self.spec.with_steps(steps) if self.controller else self.spec
+        spec = self._spec_at(steps)
         return max(spec.draft_tokens, steps * spec.topk)
+
+    def _spec_at(self, steps: int) -> SpecConfig:
+        """``spec`` at depth ``steps`` (the adaptive controller's choice), built once."""
+        base, specs = self._specs
+        if base is not self.spec:
+            base, specs = self.spec, {}
+            self._specs = (base, specs)
+        spec = specs.get(steps)
+        if spec is None:
+            spec = specs[steps] = base.with_steps(steps)
+        return spec
 
     def release(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
@@ -160,7 +174,11 @@ class EagleWorker:
                 self._pending.drop(request.request_id)
             draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
-            self._draft_extend(requests, rows, draft_ids, features, [0] * len(rows), lengths)
+            # eager, as the target's prefill: a graph per prompt length would be captured
+            # for nearly every request (in a timed run too) and replayed almost never
+            self._draft_extend(
+                requests, rows, draft_ids, features, [0] * len(rows), lengths, eager=True
+            )
         return [[root] if f else [] for root, f in zip(roots, fresh)]
 
     @torch.inference_mode()
@@ -169,7 +187,7 @@ class EagleWorker:
         start = time.perf_counter()
         batch_size = len(requests)
         steps = self.steps_for(batch_size)
-        spec = self.spec.with_steps(steps) if steps != self.spec.num_steps else self.spec
+        spec = self._spec_at(steps)
         num_nodes = spec.draft_tokens if steps > 0 else 1
         topk = spec.topk if steps > 0 else 1
         shape = TreeShape(spec.topk, steps, num_nodes)
