@@ -33,7 +33,7 @@ _REPO = Path(__file__).resolve().parent.parent
 _SOURCE_DIRS = ["core/src"] + [f"backends/{v}/src" for v in ("cuda", "rocm", "npu", "xpu", "musa")]
 
 
-def build(device: str, batch_size: int):  # noqa: ANN201 - an LLM
+def build(device: str, batch_size: int, backend=None):  # noqa: ANN001, ANN201 - an LLM
     from eagle_hal import LLM, select_backend
     from eagle_hal.model.config import ModelConfig
     from eagle_hal.model.eagle import Eagle1DraftModel
@@ -43,7 +43,7 @@ def build(device: str, batch_size: int):  # noqa: ANN201 - an LLM
     shape = dict(architecture="llama", vocab_size=512, hidden_size=64, intermediate_size=128,
                  num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                  max_position_embeddings=4096)
-    backend = select_backend(device)
+    backend = backend or select_backend(device)
     target = LlamaForCausalLM(ModelConfig(**shape), dtype=torch.float32, device=backend.torch_device)
     randomize(target, seed=0, scale=0.3)
     head = Eagle1DraftModel(ModelConfig(**{**shape, "num_layers": 1}), target, fc_bias=True,

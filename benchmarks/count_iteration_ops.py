@@ -8,7 +8,13 @@ counts per iteration of plain, chain (S=5, K=1) and tree (S=5, K=4, N=16) decodi
 operations dispatched outside replays (views and allocations excluded: they launch
 nothing), grouped by the worker's phase.
 
+``--ops triton`` swaps in what the CUDA backend runs outside its graphs: the Triton attention
+backend and the Triton ``SamplingOps`` (interpreted: set ``TRITON_INTERPRET=1``); their
+kernel launches are counted as ``triton:<kernel>`` and the interpreter's own torch work is
+not. ``--by-site`` groups by the eagle_hal source line that issued each operation.
+
     python benchmarks/count_iteration_ops.py [--iterations 20] [--top 12]
+    TRITON_INTERPRET=1 python benchmarks/count_iteration_ops.py --ops triton --by-site
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import sys
+import traceback
 from pathlib import Path
 
 import torch
@@ -30,23 +37,79 @@ _FREE = {"view", "_unsafe_view", "as_strided", "empty", "empty_strided", "t", "t
 
 
 class Counter(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, by_site: bool = False) -> None:
         super().__init__()
         self.suspended = 0
         self.phase = "other"
+        self.by_site = by_site
         self.counts: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def record(self, name: str) -> None:
+        if self.suspended:
+            return
+        where = self.phase
+        if self.by_site:  # the innermost eagle_hal frame that is not this tool
+            for frame in reversed(traceback.extract_stack(limit=30)[:-2]):
+                if "eagle_hal" in frame.filename and "testing/graphs" not in frame.filename:
+                    where = f"{frame.filename.split('eagle_hal/')[-1]}:{frame.lineno} {frame.name}"
+                    break
+        self.counts[(where, name)] += 1
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         name = func.__name__.split(".")[0]
-        if not self.suspended and name not in _FREE:
-            self.counts[(self.phase, name)] += 1
+        if name not in _FREE:
+            self.record(name)
         return func(*args, **(kwargs or {}))
+
+
+def _triton_cpu_backend():  # noqa: ANN202 - a Backend
+    """The CPU backend with what the CUDA backend runs besides its graphs: Triton attention,
+    Triton sampling ops, and the (strict) graph emulation."""
+    from eagle_hal.backends.cpu.backend import CpuBackend
+    from eagle_hal.ops.triton.attention import TritonAttentionBackend
+    from eagle_hal.ops.triton.ops import TritonSamplingOps
+    from eagle_hal.registry import select_backend
+    from eagle_hal.testing.graphs import EmulatedGraphCapture
+
+    class TritonCpu(CpuBackend):
+        def create_attention_backend(self, config):  # noqa: ANN001, ANN202
+            return TritonAttentionBackend(config)
+
+        def sampling_ops(self):  # noqa: ANN202
+            return TritonSamplingOps()
+
+        def graph_capture(self):  # noqa: ANN202
+            return EmulatedGraphCapture()
+
+    reference = select_backend("cpu")
+    return TritonCpu(reference.descriptor, reference.device_spec)
+
+
+def _count_triton_launches(counter: Counter) -> None:
+    """Count each interpreted Triton kernel launch as one operation, and hide the
+    interpreter's own torch work (copies in and out of numpy) from the counter."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    original = InterpretedFunction.run
+
+    def run(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        counter.record(f"triton:{getattr(self.fn, '__name__', '?')}")
+        counter.suspended += 1
+        try:
+            return original(self, *a, **k)
+        finally:
+            counter.suspended -= 1
+
+    InterpretedFunction.run = run
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--ops", choices=["reference", "triton"], default="reference",
+                        help="the CPU backend's reference ops, or the CUDA backend's Triton ones")
+    parser.add_argument("--by-site", action="store_true", help="group by issuing source line")
     args = parser.parse_args()
 
     from bench_host_overhead import build, spec_for  # noqa: PLC0415
@@ -55,7 +118,13 @@ def main() -> int:
     from eagle_hal.engine.graph_runner import GraphRunner  # noqa: PLC0415
     from eagle_hal.testing import graphs as emulated  # noqa: PLC0415
 
-    counter = Counter()
+    counter = Counter(by_site=args.by_site)
+    if args.ops == "triton":
+        import os  # noqa: PLC0415
+
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            parser.error("--ops triton runs the kernels interpreted: set TRITON_INTERPRET=1")
+        _count_triton_launches(counter)
     original_replay = emulated.EmulatedGraph.replay
 
     def replay(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
@@ -66,7 +135,7 @@ def main() -> int:
             counter.suspended -= 1
 
     emulated.EmulatedGraph.replay = replay
-    llm = build("cpu", 1)
+    llm = build("cpu", 1, backend=_triton_cpu_backend() if args.ops == "triton" else None)
     llm.runner.graphs = GraphRunner(llm.runner, emulated.EmulatedGraphCapture())
     worker, engine = llm.worker, llm.engine
     for name in ("catch_up", "_draft_extend"):
@@ -97,8 +166,11 @@ def main() -> int:
         for (phase, _), n in counter.counts.items():
             per_phase[phase] += n
         total = sum(per_phase.values()) / args.iterations
-        print(f"{mode}: {total:.1f} ops per iteration outside replays; by phase "
-              + ", ".join(f"{p} {n / args.iterations:.1f}" for p, n in per_phase.items()))
+        if args.by_site:
+            print(f"{mode}: {total:.1f} ops per iteration outside replays")
+        else:
+            print(f"{mode}: {total:.1f} ops per iteration outside replays; by phase "
+                  + ", ".join(f"{p} {n / args.iterations:.1f}" for p, n in per_phase.items()))
         for (phase, name), n in counter.counts.most_common(args.top):
             print(f"    {n / args.iterations:6.1f}  {phase:14s} {name}")
     return 0

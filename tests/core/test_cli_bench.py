@@ -118,8 +118,9 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     llm.generate = counting_generate
     # 4, then 1; the last prompt's length is new to the timed run (its prefill runs eagerly)
     prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32, 33, 34]]
-    bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
+    row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
     assert llm.runner.graphs.num_graphs == graphs_at_call[-1] > 0  # none during the timed run
+    assert row["captures_while_timed"] == 0
     # the oracle that this can fail: a fresh engine warmed at 4 only captures while timed
     fresh = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
                             max_batch_size=4, max_context=256, seed=0)
@@ -169,3 +170,62 @@ def test_adaptive_controller_is_settled_before_the_timed_run():
     warming, _ = timed_warm_up_iterations(
         lambda llm: llm.generate(prompts[:4], SamplingParams(max_new_tokens=16)))
     assert warming > 0
+
+
+@pytest.mark.parametrize("mode", ["plain", "chain", "adaptive"])
+def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
+    """Three timed runs: tokens/s is the median run's, every run is kept; the per-depth
+    iteration counts equal the decode iterations counted around the worker (oracle: a
+    wrapper on ``worker.decode`` over the timed runs only); a forced capture while timed
+    is reported."""
+    import statistics
+    from collections import Counter
+
+    from eagle_hal.api import LLM
+    from eagle_hal.backends.cpu.backend import CpuBackend
+    from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.testing.graphs import EmulatedGraphCapture
+
+    class Replaying(CpuBackend):
+        def graph_capture(self):
+            return EmulatedGraphCapture()
+
+    reference = select_backend("cpu")
+    backend = Replaying(reference.descriptor, reference.device_spec)
+    target = near_bigram_target(seed=5)
+    draft = None if mode == "plain" else matching_eagle1(target, noise=0.02)
+    config = bench.BenchConfig(batch_sizes=(2,), max_new_tokens=6, steps=2, topk=2,
+                               draft_tokens=4, repeats=3)
+    llm = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
+                          max_batch_size=2, max_context=256, seed=0)
+    assert llm.runner.enable_graphs()
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21]]
+    worker, depths, generations = llm.worker, [], []
+    decode, generate = worker.decode, llm.generate
+
+    def counting_decode(requests):
+        if generations[-1]:  # a timed run (the warm-up passes other prompt lists)
+            depths.append(worker.steps_for(len(requests)))
+        return decode(requests)
+
+    def counting_generate(batch, params):
+        generations.append(batch is prompts)
+        return generate(batch, params)
+
+    worker.decode, llm.generate = counting_decode, counting_generate
+    row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 2, split=False,
+                         repeats=3)
+    runs = row["tokens_per_s_runs"]
+    assert generations.count(True) == 3 and len(runs) == 3
+    assert row["tokens_per_s"] == pytest.approx(statistics.median(runs))
+    assert row["output_tokens"] == 6 * len(prompts)
+    assert row["captures_while_timed"] == 0
+    got = {int(s): n for s, n in row["iterations_at_depth"].items()}
+    assert sum(got.values()) > 0
+    if mode == "plain":
+        assert set(got) == {0}
+    elif mode == "chain":
+        assert set(got) == {2}
+    assert got == dict(Counter(depths))
+    with pytest.raises(ValueError, match="repeats"):
+        bench.BenchConfig(repeats=0)

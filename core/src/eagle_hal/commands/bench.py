@@ -5,9 +5,12 @@ engine over the same loaded models, warms it up (graph capture included: one sho
 generation per graph bucket the run passes through as its requests finish, as a server
 captures its graphs at start-up; adaptive: until the controller has settled at each of
 those sizes, so that the timed run holds no warm-up iteration), then decodes the
-prompts twice: once untimed-per-phase for throughput (output tokens/s, accept length), once
-with per-phase synchronisation for the split of an iteration into draft / verify / accept /
-draft-extend. Speedups are over ``plain`` at the same batch size in the same run. With
+prompts ``--repeats`` times (default 3) for throughput (output tokens/s of the median run,
+every run's kept; accept length), then once more with per-phase synchronisation for the
+split of an iteration into draft / verify / accept / draft-extend. Each row also says how
+many graphs were captured while timed (one-off costs the warm-up missed) and how many
+iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
+same batch size in the same run. With
 ``--hf-baseline`` the same weights also run through Hugging Face transformers ``generate``
 (batch size 1). ``results.json`` and, when matplotlib is importable, PNG plots go to
 ``--out``.
@@ -24,6 +27,7 @@ import argparse
 import dataclasses
 import importlib.resources
 import json
+import statistics
 import sys
 import time
 from collections import Counter
@@ -54,6 +58,7 @@ class BenchConfig:
     draft_tokens: int | None = 16
     graphs: bool = True
     split_timing: bool = True
+    repeats: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -62,6 +67,8 @@ class BenchConfig:
             raise ValueError(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
 
     def spec_for(self, mode: str) -> Any:
         from eagle_hal.spec.config import SpecConfig
@@ -90,6 +97,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-draft-tokens", type=int, default=16)
     parser.add_argument("--no-graphs", action="store_true", help="run every forward eagerly")
     parser.add_argument("--no-split", action="store_true", help="skip the per-phase timing pass")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs per mode and batch size; tokens/s is their median")
     parser.add_argument("--hf-baseline", action="store_true",
                         help="also time HF transformers generate on the same weights (batch 1)")
     parser.add_argument("--max-context", type=int, default=2048)
@@ -182,7 +191,9 @@ def settle(llm: Any, batch: list[list[int]], params: Any, max_rounds: int = 8) -
 
 
 def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
-             split: bool) -> dict[str, Any]:
+             split: bool, repeats: int = 1) -> dict[str, Any]:
+    """Warm ``llm`` up, then time ``repeats`` generations of ``prompts`` (tokens/s from
+    the median); the outputs and accept figures are the last run's (greedy runs repeat)."""
     from eagle_hal.spec.worker import IterationTimes
 
     backend = llm.backend
@@ -202,20 +213,35 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
             finally:
                 worker.spec, worker.controller = spec, controller
         settle(llm, batch, warm_params)
-    backend.synchronize()
-    start = time.perf_counter()
-    outputs = llm.generate(prompts, params)
-    backend.synchronize()
-    seconds = time.perf_counter() - start
+    graphs = getattr(llm.runner, "graphs", None)
+    captured_before = graphs.num_graphs if graphs is not None else 0
+    depths = getattr(worker, "iterations_at", None)
+    if depths is not None:
+        depths.clear()
+    runs: list[float] = []
+    outputs: list[Any] = []
+    for _ in range(repeats):
+        backend.synchronize()
+        start = time.perf_counter()
+        outputs = llm.generate(prompts, params)
+        backend.synchronize()
+        runs.append(time.perf_counter() - start)
+    seconds = statistics.median(runs)
     tokens = sum(o.num_tokens for o in outputs)
     passes = sum(o.stats.verify_steps for o in outputs)
     accepted = sum(o.stats.accepted_tokens for o in outputs)
     row: dict[str, Any] = {
         "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
+        "tokens_per_s_runs": [tokens / t if t > 0 else 0.0 for t in runs],
         "accept_length": accepted / passes if passes else 0.0,
         "output_tokens": tokens, "seconds": seconds, "verify_passes": passes,
         "accept_length_histogram": dict(sorted(Counter(
             round(o.accept_length, 1) for o in outputs).items())),
+        # one-off costs the timed runs paid (each capture is milliseconds on a GPU), and
+        # how many iterations ran at each draft depth (the adaptive mode's choices)
+        "captures_while_timed": (graphs.num_graphs if graphs is not None else 0)
+        - captured_before,
+        "iterations_at_depth": {str(s): n for s, n in sorted((depths or {}).items())},
         "token_ids": [list(o.token_ids) for o in outputs],
     }
     if split:
@@ -261,14 +287,16 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
             )
             graphs = config.graphs and llm.runner.enable_graphs()
             row = {"mode": mode, "batch_size": batch_size, "graphs": graphs,
-                   **_measure(llm, batch_prompts, params, batch_size, config.split_timing)}
+                   **_measure(llm, batch_prompts, params, batch_size, config.split_timing,
+                               config.repeats)}
             if mode == "plain":
                 plain = row
             if plain is not None and plain["tokens_per_s"]:
                 row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
                 row["same_as_plain"] = row["token_ids"] == plain["token_ids"]
                 row["match_with_plain"] = match_with_plain(row["token_ids"], plain["token_ids"])
-            _progress(f"  {row['tokens_per_s']:.1f} tokens/s, accept length "
+            _progress(f"  {row['tokens_per_s']:.1f} tokens/s (median of {config.repeats}), "
+                      f"accept length "
                       f"{row['accept_length']:.2f}" + (f", speedup {row['speedup']:.2f}x"
                                                         if "speedup" in row else ""))
             rows.append(row)
@@ -384,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
             batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",") if b.strip()),
             max_new_tokens=args.max_new_tokens, steps=args.spec_steps, topk=args.spec_topk,
             draft_tokens=args.spec_draft_tokens, graphs=not args.no_graphs,
-            split_timing=not args.no_split, seed=args.seed,
+            split_timing=not args.no_split, repeats=args.repeats, seed=args.seed,
         )
         texts = load_prompts(args.dataset, args.num_prompts)
     except ValueError as exc:
