@@ -109,6 +109,10 @@ def _rank_main(
     )
     try:
         program(context, backend, *args)
+        # every rank done with its collectives before any tears the group down: a rank
+        # that leaves first can abort a peer still inside gloo ("terminate called without
+        # an active exception", SIGABRT, seen once in a full CPU test run)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
