@@ -145,3 +145,49 @@ def test_fixed_zero_steps_does_not_run_the_draft(cpu_backend, models):
     out = llm.generate(PROMPTS[:2], params)
     assert [list(o.token_ids) for o in out] == _plain(cpu_backend, target, PROMPTS[:2], params)
     assert not calls and len(llm.worker._pending) == 0
+
+
+def test_the_feature_log_stays_bounded_while_requests_keep_arriving(monkeypatch):
+    """Continuous batching at S = 0: some request is always pending, requests come and go
+    (taken or dropped). The log is compacted, so it stays within twice its live rows (above
+    the compaction floor), and every take still returns exactly the tokens and features
+    recorded for its requests (oracle: a plain per-request record kept here)."""
+    from eagle_hal.spec import catchup
+
+    monkeypatch.setattr(catchup, "_COMPACT_MIN_ROWS", 16)
+    log = catchup.PendingDraftInputs()
+    expected: dict[int, tuple[list[int], list[torch.Tensor]]] = {}
+    generator = torch.Generator().manual_seed(0)
+    active = [0, 1, 2]
+    next_id, largest = 3, 0
+    for iteration in range(400):
+        features = torch.randn(len(active), 4, generator=generator)
+        tokens = [iteration * 10 + b for b in range(len(active))]
+        log.add(active, [7] * len(active), tokens, features)
+        for b, request in enumerate(active):
+            record = expected.setdefault(request, ([], []))
+            record[0].append(tokens[b])
+            record[1].append(features[b])
+        live = sum(len(t) for t, _ in expected.values())
+        assert log.log_rows <= max(16, 2 * live) + len(active)
+        largest = max(largest, log.log_rows)
+        if iteration % 7 == 6:  # the oldest request finishes: dropped
+            gone = active.pop(0)
+            log.drop(gone)
+            del expected[gone]
+        if iteration % 5 == 4:  # one catches up (speculation resumed for it)
+            request = active[-1]
+            caught = log.take([request])
+            assert caught is not None and caught.input_ids == expected[request][0]
+            assert torch.equal(caught.features, torch.stack(expected[request][1]))
+            del expected[request]
+        while len(active) < 3:
+            active.append(next_id)
+            next_id += 1
+    assert largest < 400  # without compaction the log would reach ~1,200 rows
+    lagging = [r for r in active if r in expected]  # the last one may just have caught up
+    caught = log.take(active)
+    assert caught is not None and caught.request_ids == lagging
+    assert caught.input_ids == [t for r in lagging for t in expected[r][0]]
+    assert torch.equal(caught.features, torch.cat([torch.stack(expected[r][1]) for r in lagging]))
+    assert log.log_rows == 0

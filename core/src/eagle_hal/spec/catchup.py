@@ -22,6 +22,11 @@ import torch
 
 __all__ = ["CatchUp", "PendingDraftInputs"]
 
+# The feature log is compacted to its live rows when it holds at least this many rows and
+# at least twice its live ones: under continuous batching some request is always pending,
+# so without it the rows of taken and dropped requests would accumulate without bound.
+_COMPACT_MIN_ROWS = 4096
+
 
 class CatchUp(NamedTuple):
     """One ragged draft extend over the pending pairs of some requests."""
@@ -46,6 +51,7 @@ class PendingDraftInputs:
     def __init__(self) -> None:
         self._log: list[torch.Tensor] = []  # feature rows of the idle iterations, [B_i, H] each
         self._log_rows = 0
+        self._live_rows = 0  # rows some pending request still refers to
         self._requests: dict[int, _Pending] = {}
 
     def __contains__(self, request_id: int) -> bool:
@@ -78,6 +84,27 @@ class PendingDraftInputs:
             pending.rows.append(self._log_rows + b)
         self._log.append(features.clone())
         self._log_rows += features.shape[0]
+        self._live_rows += len(request_ids)
+        if self._log_rows >= max(_COMPACT_MIN_ROWS, 2 * self._live_rows):
+            self._compact()
+
+    @property
+    def log_rows(self) -> int:
+        """Feature rows held (live or not yet compacted away)."""
+        return self._log_rows
+
+    def _compact(self) -> None:
+        """Keep only the rows pending requests refer to, renumbered in request order."""
+        table = torch.cat(self._log)  # [R, H]
+        rows = [row for p in self._requests.values() for row in p.rows]
+        index = torch.tensor(rows, dtype=torch.int64).to(table.device, non_blocking=True)
+        self._log = [table.index_select(0, index)]
+        start = 0
+        for pending in self._requests.values():
+            count = len(pending.rows)
+            pending.rows = list(range(start, start + count))
+            start += count
+        self._log_rows = self._live_rows = start
 
     def take(self, request_ids: Sequence[int]) -> CatchUp | None:
         """Remove and return the pending pairs of those of ``request_ids`` that lag, in
@@ -86,6 +113,7 @@ class PendingDraftInputs:
         if not lagging:
             return None
         parts = [self._requests.pop(r) for r in lagging]
+        self._live_rows -= sum(len(p.rows) for p in parts)
         table = self._log[0] if len(self._log) == 1 else torch.cat(self._log)  # [R, H]
         rows = [row for p in parts for row in p.rows]
         if rows != list(range(rows[0], rows[0] + len(rows))):
@@ -94,7 +122,7 @@ class PendingDraftInputs:
         else:  # one idle iteration over the same batch: already in order
             features = table[rows[0] : rows[0] + len(rows)]
         if not self._requests:
-            self._log, self._log_rows = [], 0
+            self._log, self._log_rows, self._live_rows = [], 0, 0
         return CatchUp(
             lagging,
             [p.draft_len for p in parts],
@@ -105,6 +133,8 @@ class PendingDraftInputs:
 
     def drop(self, request_id: int) -> None:
         """Forget a request's pairs (finished, cancelled, or re-prefilled from scratch)."""
-        self._requests.pop(request_id, None)
+        pending = self._requests.pop(request_id, None)
+        if pending is not None:
+            self._live_rows -= len(pending.rows)
         if not self._requests:
-            self._log, self._log_rows = [], 0
+            self._log, self._log_rows, self._live_rows = [], 0, 0
