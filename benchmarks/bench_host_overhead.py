@@ -25,15 +25,19 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from eagle_hal.backend import Backend
 
 MODES = ("plain", "chain", "tree")
 _REPO = Path(__file__).resolve().parent.parent
 _SOURCE_DIRS = ["core/src"] + [f"backends/{v}/src" for v in ("cuda", "rocm", "npu", "xpu", "musa")]
 
 
-def build(device: str, batch_size: int, backend=None):  # noqa: ANN001, ANN201 - an LLM
+def build(device: str, batch_size: int, backend: Backend | None = None):  # noqa: ANN201 - an LLM
     from eagle_hal import LLM, select_backend
     from eagle_hal.model.config import ModelConfig
     from eagle_hal.model.eagle import Eagle1DraftModel

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -65,24 +66,20 @@ class Counter(TorchDispatchMode):
 def _triton_cpu_backend():  # noqa: ANN202 - a Backend
     """The CPU backend with what the CUDA backend runs besides its graphs: Triton attention,
     Triton sampling ops, and the (strict) graph emulation."""
-    from eagle_hal.backends.cpu.backend import CpuBackend
     from eagle_hal.ops.triton.attention import TritonAttentionBackend
     from eagle_hal.ops.triton.ops import TritonSamplingOps
-    from eagle_hal.registry import select_backend
-    from eagle_hal.testing.graphs import EmulatedGraphCapture
+    from eagle_hal.testing.graphs import replaying_cpu_backend
 
-    class TritonCpu(CpuBackend):
+    replaying = replaying_cpu_backend()
+
+    class TritonCpu(type(replaying)):
         def create_attention_backend(self, config):  # noqa: ANN001, ANN202
             return TritonAttentionBackend(config)
 
         def sampling_ops(self):  # noqa: ANN202
             return TritonSamplingOps()
 
-        def graph_capture(self):  # noqa: ANN202
-            return EmulatedGraphCapture()
-
-    reference = select_backend("cpu")
-    return TritonCpu(reference.descriptor, reference.device_spec)
+    return TritonCpu(replaying.descriptor, replaying.device_spec)
 
 
 def _count_triton_launches(counter: Counter) -> None:
@@ -120,8 +117,6 @@ def main() -> int:
 
     counter = Counter(by_site=args.by_site)
     if args.ops == "triton":
-        import os  # noqa: PLC0415
-
         if os.environ.get("TRITON_INTERPRET") != "1":
             parser.error("--ops triton runs the kernels interpreted: set TRITON_INTERPRET=1")
         _count_triton_launches(counter)
@@ -171,8 +166,9 @@ def main() -> int:
         else:
             print(f"{mode}: {total:.1f} ops per iteration outside replays; by phase "
                   + ", ".join(f"{p} {n / args.iterations:.1f}" for p, n in per_phase.items()))
+        width = max([14] + [len(phase) for phase, _ in counter.counts])
         for (phase, name), n in counter.counts.most_common(args.top):
-            print(f"    {n / args.iterations:6.1f}  {phase:14s} {name}")
+            print(f"    {n / args.iterations:6.1f}  {phase:{width}s} {name}")
     return 0
 
 

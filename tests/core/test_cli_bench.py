@@ -89,16 +89,10 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     may probe) has captured every graph it needs, so no capture happens while it is timed.
     Warming up at the batch size only would not."""
     from eagle_hal.api import LLM
-    from eagle_hal.backends.cpu.backend import CpuBackend
     from eagle_hal.engine.request import SamplingParams
-    from eagle_hal.testing.graphs import EmulatedGraphCapture
+    from eagle_hal.testing.graphs import replaying_cpu_backend
 
-    class Replaying(CpuBackend):
-        def graph_capture(self):
-            return EmulatedGraphCapture()
-
-    reference = select_backend("cpu")
-    backend = Replaying(reference.descriptor, reference.device_spec)
+    backend = replaying_cpu_backend()
     target = near_bigram_target(seed=5)
     draft = None if mode == "plain" else matching_eagle1(target, noise=0.02)
     config = bench.BenchConfig(batch_sizes=(4,), max_new_tokens=6, steps=2, topk=2,
@@ -131,67 +125,76 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     assert fresh.runner.graphs.num_graphs > before
 
 
-def test_adaptive_controller_is_settled_before_the_timed_run():
-    """Requests that stop at EOS after a few tokens: the warm-up (EOS ignored, repeated
-    until the controller settles) leaves no warm-up iteration of the controller, deep
-    depths first, to the timed run. One warm-up generation honouring EOS would."""
+@pytest.mark.parametrize("batch_size,num_prompts,new_tokens,matching",
+                         [(4, 8, 16, False), (8, 10, 12, True)])
+def test_adaptive_controller_is_settled_before_the_timed_run(batch_size, num_prompts,
+                                                              new_tokens, matching):
+    """The warm-up (EOS ignored, repeated until the controller settles, at every controller
+    bucket below the batch size) leaves no warm-up iteration of the controller, deep depths
+    first, to the timed run: with requests that stop at EOS after a few tokens, and with a
+    well-matched head whose requests accept different lengths and so finish apart, which
+    opens smaller buckets, with warm-ups of their own, before the batch's bucket settles.
+    No device graphs here: the graph buckets do not stand in for the controller's. One
+    short warm-up generation leaves some (the oracle that this can fail)."""
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
-    target = tiny_target(seed=3, eos=tuple(range(60, 97)))  # EOS: about 2 tokens in 5
-    config = bench.BenchConfig(modes=("adaptive",), batch_sizes=(4,), max_new_tokens=16,
-                               steps=3, topk=2, draft_tokens=4)
-    prompts = [[1 + i, 2 + i, 3 + i] for i in range(8)]
+    if matching:  # requests accept different lengths, so they finish apart
+        target = near_bigram_target(seed=5)
+        head = matching_eagle1(target, noise=0.02)
+    else:
+        target = tiny_target(seed=3, eos=tuple(range(60, 97)))  # EOS: about 2 tokens in 5
+        head = tiny_eagle1(target)
+    config = bench.BenchConfig(modes=("adaptive",), batch_sizes=(batch_size,),
+                               max_new_tokens=new_tokens, steps=3, topk=2, draft_tokens=4)
+    prompts = [[1 + i, 2 + i, 3 + i] for i in range(num_prompts)]
+    params = SamplingParams(max_new_tokens=new_tokens)
 
     def timed_warm_up_iterations(warm_up) -> tuple[int, int]:
-        llm = LLM.from_models(select_backend("cpu"), target, tiny_eagle1(target),
-                              spec=config.spec_for("adaptive"), max_batch_size=4,
+        llm = LLM.from_models(select_backend("cpu"), target, head,
+                              spec=config.spec_for("adaptive"), max_batch_size=batch_size,
                               max_context=256, seed=0)
+        assert llm.runner.graphs is None
         controller, phases = llm.worker.controller, []
         observe = controller.observe
 
-        def recording_observe(batch_size, steps, *args):
-            phases.append(controller.settled(batch_size) is None)
-            return observe(batch_size, steps, *args)
+        def recording_observe(size, steps, *args):
+            phases.append(not controller.is_settled(size))
+            return observe(size, steps, *args)
 
         controller.observe = recording_observe
         warm_up(llm)
         phases.clear()
-        llm.generate(prompts, SamplingParams(max_new_tokens=16))
+        llm.generate(prompts, params)
         return sum(phases), len(phases)
 
     def bench_warm_up(llm):
-        bench._measure(llm, prompts, SamplingParams(max_new_tokens=16), 4, split=False)
+        bench._measure(llm, prompts, params, batch_size, split=False)
 
     warming, iterations = timed_warm_up_iterations(bench_warm_up)
     assert iterations > 0 and warming == 0
     # the oracle that this can fail: one short warm-up generation that honours EOS
     warming, _ = timed_warm_up_iterations(
-        lambda llm: llm.generate(prompts[:4], SamplingParams(max_new_tokens=16)))
+        lambda llm: llm.generate(prompts[:batch_size], params))
     assert warming > 0
 
 
 @pytest.mark.parametrize("mode", ["plain", "chain", "adaptive"])
 def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
-    """Three timed runs: tokens/s is the median run's, every run is kept; the per-depth
-    iteration counts equal the decode iterations counted around the worker (oracle: a
-    wrapper on ``worker.decode`` over the timed runs only); a forced capture while timed
-    is reported."""
+    """Three timed runs: tokens/s is the median of the runs' (oracle: each timed call timed
+    from outside), every run is kept; the per-depth iteration counts equal the decode
+    iterations counted around the worker (a wrapper on ``worker.decode`` over the timed
+    runs only); the warm-up leaves no capture to the timed runs."""
     import statistics
+    import time
     from collections import Counter
 
     from eagle_hal.api import LLM
-    from eagle_hal.backends.cpu.backend import CpuBackend
     from eagle_hal.engine.request import SamplingParams
-    from eagle_hal.testing.graphs import EmulatedGraphCapture
+    from eagle_hal.testing.graphs import replaying_cpu_backend
 
-    class Replaying(CpuBackend):
-        def graph_capture(self):
-            return EmulatedGraphCapture()
-
-    reference = select_backend("cpu")
-    backend = Replaying(reference.descriptor, reference.device_spec)
+    backend = replaying_cpu_backend()
     target = near_bigram_target(seed=5)
     draft = None if mode == "plain" else matching_eagle1(target, noise=0.02)
     config = bench.BenchConfig(batch_sizes=(2,), max_new_tokens=6, steps=2, topk=2,
@@ -208,16 +211,23 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
             depths.append(worker.steps_for(len(requests)))
         return decode(requests)
 
+    timed = []  # (tokens, seconds) of each timed run, measured around the bench's call
+
     def counting_generate(batch, params):
         generations.append(batch is prompts)
-        return generate(batch, params)
+        start = time.perf_counter()
+        outputs = generate(batch, params)
+        if batch is prompts:
+            timed.append((sum(o.num_tokens for o in outputs), time.perf_counter() - start))
+        return outputs
 
     worker.decode, llm.generate = counting_decode, counting_generate
     row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 2, split=False,
                          repeats=3)
     runs = row["tokens_per_s_runs"]
     assert generations.count(True) == 3 and len(runs) == 3
-    assert row["tokens_per_s"] == pytest.approx(statistics.median(runs))
+    assert runs == pytest.approx([n / t for n, t in timed], rel=0.05)
+    assert row["tokens_per_s"] == pytest.approx(statistics.median(n / t for n, t in timed), rel=0.05)
     assert row["output_tokens"] == 6 * len(prompts)
     assert row["captures_while_timed"] == 0
     got = {int(s): n for s, n in row["iterations_at_depth"].items()}
@@ -227,5 +237,8 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     elif mode == "chain":
         assert set(got) == {2}
     assert got == dict(Counter(depths))
+
+
+def test_bench_config_rejects_no_timed_run():
     with pytest.raises(ValueError, match="repeats"):
         bench.BenchConfig(repeats=0)

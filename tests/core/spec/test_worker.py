@@ -112,17 +112,12 @@ def test_batch_invariance(cpu_backend, good_pair, params):
 
 
 @pytest.mark.parametrize("spec", [SpecConfig(2, 2, 4), SpecConfig(3, 4, 8, adaptive=True)])
-def test_prefill_captures_no_graph(cpu_backend, random_pair, spec):
+def test_prefill_captures_no_graph(random_pair, spec):
     """Prefills of prompts of every length run eagerly, the draft's extend as the target's:
     a graph per prompt length would be captured for nearly every request."""
-    from eagle_hal.backends.cpu.backend import CpuBackend
-    from eagle_hal.testing.graphs import EmulatedGraphCapture
+    from eagle_hal.testing.graphs import replaying_cpu_backend
 
-    class Replaying(CpuBackend):
-        def graph_capture(self):
-            return EmulatedGraphCapture()
-
-    backend = Replaying(cpu_backend.descriptor, cpu_backend.device_spec)
+    backend = replaying_cpu_backend()
     target, head = random_pair
     llm = LLM.from_models(backend, target, head, spec=spec, max_batch_size=2, seed=0)
     assert llm.runner.enable_graphs()
@@ -145,8 +140,8 @@ def test_adaptive_iterations_build_each_depths_settings_once(cpu_backend, random
     settings of each depth are built once, not once per iteration (a random head settles
     at S = 0 and runs a hundred iterations there)."""
     target, head = random_pair
-    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(3, 2, 4, adaptive=True),
-                          max_batch_size=4, seed=0)
+    spec = SpecConfig(3, 2, 4, adaptive=True)
+    llm = LLM.from_models(cpu_backend, target, head, spec=spec, max_batch_size=4, seed=0)
     built = []
     post_init = SpecConfig.__post_init__
 
@@ -157,5 +152,32 @@ def test_adaptive_iterations_build_each_depths_settings_once(cpu_backend, random
     monkeypatch.setattr(SpecConfig, "__post_init__", counting_post_init)
     outputs = llm.generate(PROMPTS[:4], SamplingParams(max_new_tokens=100, ignore_eos=True))
     iterations = sum(o.stats.verify_steps for o in outputs) / len(outputs)
-    assert iterations >= 90
-    assert sorted(built) == sorted(set(built)) and len(built) <= len(SpecConfig().adaptive_steps)
+    assert iterations >= 90 and llm.worker.iterations_at_depth[0] >= 90  # settled at 0
+    assert sorted(built) == sorted(set(built)) and len(built) <= len(spec.adaptive_steps)
+
+
+def test_a_swapped_spec_is_the_one_iterations_run(cpu_backend, random_pair):
+    """Replacing ``worker.spec`` (as the bench's warm-up does) takes effect at once: the
+    per-depth settings are rebuilt, not served from the previous spec's. A tree spec
+    swapped for a chain of the same depth drafts one branch (oracle: the branch count the
+    draft's DRAFT_DECODE forwards see) and still decodes as plain greedy decoding does."""
+    from eagle_hal.hal.attention import ForwardMode
+
+    target, head = random_pair
+    llm = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(3, 2, 6), seed=0)
+    params = SamplingParams(max_new_tokens=12)
+    llm.generate([PROMPTS[0]], params)  # the tree's settings are built and used
+    branches = []
+    forward = llm.runner.draft.forward
+
+    def recording_forward(batch, *args, **kwargs):
+        if batch.mode is ForwardMode.DRAFT_DECODE:
+            branches.append(batch.num_branches)
+        return forward(batch, *args, **kwargs)
+
+    llm.runner.draft.forward = recording_forward
+    llm.worker.spec = SpecConfig(3, 1)
+    chained = llm.generate([PROMPTS[0]], params)[0]
+    plain = LLM.from_models(cpu_backend, target, None, spec=SpecConfig(num_steps=0), seed=0)
+    assert chained.token_ids == plain.generate([PROMPTS[0]], params)[0].token_ids
+    assert branches and set(branches) == {1}

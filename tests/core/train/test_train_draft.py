@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from eagle_hal.api import LLM
 from eagle_hal.cli import main
@@ -152,3 +153,14 @@ def test_train_draft_unrolled(tmp_path, tiny_chat_model, tiny_chat, cpu_backend)
     assert recipe["train_loss_last"] < 0.9 * recipe["train_loss_first"]
     dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
     _assert_lossless(cpu_backend, target, dataset, out)
+
+
+def test_a_loss_with_no_term_is_refused_before_anything_loads(tmp_path, capsys):
+    """Both loss weights 0: refused with a message at once, not after minutes of data
+    generation (the model path does not even exist)."""
+    args = ["train-draft", "--device", "cpu", "--model", str(tmp_path / "missing.gguf"),
+            "--out", str(tmp_path / "head"), "--regression-weight", "0",
+            "--cross-entropy-weight", "0"]
+    with pytest.raises(SystemExit, match="not both 0"):
+        main(args)
+    assert not (tmp_path / "head").exists()

@@ -156,17 +156,23 @@ def _parse_prompts(text: str, kind: str) -> list[str]:
 
 
 def warm_up_sizes(llm: Any, batch_size: int) -> list[int]:
-    """Batch sizes to warm ``llm`` up with before timing, largest first: ``batch_size`` and,
-    with device graphs on, every smaller graph bucket. As requests finish, a run at
-    ``batch_size`` shrinks through those buckets; without this their graphs would be
-    captured inside the timed run. In the adaptive mode each size also runs once at every
-    depth the controller may probe (``warm_up_depths``). Not covered, so still captured
-    while timed when first seen: a draft extend over an accepted length the warm-up never
-    had (its graphs are keyed by the length)."""
+    """Batch sizes to warm ``llm`` up with before timing, largest first: ``batch_size``,
+    with device graphs on every smaller graph bucket, and in the adaptive mode every
+    smaller bucket of the controller. As requests finish, a run at ``batch_size`` shrinks
+    through those sizes; without this their graphs would be captured, and the controller's
+    warm-up at each new bucket run, inside the timed run. In the adaptive mode each size
+    also runs once at every depth the controller may probe (``warm_up_depths``). Not
+    covered, so still captured while timed when first seen: a draft extend over an accepted
+    length the warm-up never had (its graphs are keyed by the length; the row's
+    ``captures_while_timed`` counts them)."""
+    sizes = {batch_size}
     graphs = getattr(llm.runner, "graphs", None)
-    if graphs is None:
-        return [batch_size]
-    return [batch_size] + [b for b in reversed(graphs.buckets) if b < batch_size]
+    if graphs is not None:
+        sizes.update(b for b in graphs.buckets if b < batch_size)
+    controller = getattr(llm.worker, "controller", None)
+    if controller is not None:
+        sizes.update(b for b in controller.bucket_sizes if b < batch_size)
+    return sorted(sizes, reverse=True)
 
 
 def warm_up_depths(worker: Any) -> list[int]:
@@ -186,14 +192,15 @@ def settle(llm: Any, batch: list[list[int]], params: Any, max_rounds: int = 8) -
     controller = getattr(llm.worker, "controller", None)
     for _ in range(max_rounds):
         llm.generate(batch, params)
-        if controller is None or controller.settled(len(batch)) is not None:
+        if controller is None or controller.is_settled(len(batch)):
             return
 
 
 def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
              split: bool, repeats: int = 1) -> dict[str, Any]:
-    """Warm ``llm`` up, then time ``repeats`` generations of ``prompts`` (tokens/s from
-    the median); the outputs and accept figures are the last run's (greedy runs repeat)."""
+    """Warm ``llm`` up, then time ``repeats`` generations of ``prompts``: tokens/s is the
+    median of the runs' (each run's kept); outputs, token counts and accept figures are
+    the last run's; captures and iterations per depth are summed over the runs."""
     from eagle_hal.spec.worker import IterationTimes
 
     backend = llm.backend
@@ -215,30 +222,30 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
         settle(llm, batch, warm_params)
     graphs = getattr(llm.runner, "graphs", None)
     captured_before = graphs.num_graphs if graphs is not None else 0
-    depths = getattr(worker, "iterations_at", None)
+    depths = getattr(worker, "iterations_at_depth", None)
     if depths is not None:
         depths.clear()
-    runs: list[float] = []
+    runs: list[float] = []  # tokens/s of each timed run
     outputs: list[Any] = []
     for _ in range(repeats):
         backend.synchronize()
         start = time.perf_counter()
         outputs = llm.generate(prompts, params)
         backend.synchronize()
-        runs.append(time.perf_counter() - start)
-    seconds = statistics.median(runs)
+        seconds = time.perf_counter() - start
+        runs.append(sum(o.num_tokens for o in outputs) / seconds if seconds > 0 else 0.0)
     tokens = sum(o.num_tokens for o in outputs)
     passes = sum(o.stats.verify_steps for o in outputs)
     accepted = sum(o.stats.accepted_tokens for o in outputs)
     row: dict[str, Any] = {
-        "tokens_per_s": tokens / seconds if seconds > 0 else 0.0,
-        "tokens_per_s_runs": [tokens / t if t > 0 else 0.0 for t in runs],
+        "tokens_per_s": statistics.median(runs),
+        "tokens_per_s_runs": runs,
         "accept_length": accepted / passes if passes else 0.0,
-        "output_tokens": tokens, "seconds": seconds, "verify_passes": passes,
+        "output_tokens": tokens, "verify_passes": passes,
         "accept_length_histogram": dict(sorted(Counter(
             round(o.accept_length, 1) for o in outputs).items())),
         # one-off costs the timed runs paid (each capture is milliseconds on a GPU), and
-        # how many iterations ran at each draft depth (the adaptive mode's choices)
+        # the iterations each draft depth ran, both summed over the timed runs
         "captures_while_timed": (graphs.num_graphs if graphs is not None else 0)
         - captured_before,
         "iterations_at_depth": {str(s): n for s, n in sorted((depths or {}).items())},

@@ -188,6 +188,14 @@ def run(args: argparse.Namespace) -> int:
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
     if args.stage != "data" and args.out is None:
         raise SystemExit("eagle-hal train-draft: training needs --out DIR")
+    if args.stage != "data" and (
+        min(args.regression_weight, args.cross_entropy_weight) < 0
+        or args.regression_weight == args.cross_entropy_weight == 0
+    ):
+        raise SystemExit(
+            "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
+            ">= 0 and not both 0"
+        )
     budget = None if args.time_budget_min is None else 60.0 * args.time_budget_min
     progress = not args.no_progress
     command = _command_line(args)

@@ -19,7 +19,7 @@ not the chain formula's, and the cost of drafting depends on the batch.
   (its extra time over the settled depth, plus the draft's catch-up after a stretch at
   S = 0) would exceed ``probe_budget`` of the time between probes; a switch resets it.
   The first probe after the warm-up keeps within the budget too, by the times the warm-up
-  measured.
+  measured (its draft steps only: the catch-up it may pay is not known yet).
   The catch-up is charged to the probe, not to the depth's steady-state time: it is paid
   once per return to S > 0.
 * Between probes, a settled S > 0 that measures slower than S = 0 did drops to 0 at once:
@@ -160,6 +160,11 @@ class AdaptiveController:
     def settled(self, batch_size: int) -> int | None:
         """The depth the bucket has settled on; ``None`` while it is warming up."""
         return self._bucket(batch_size).settled
+
+    def is_settled(self, batch_size: int) -> bool:
+        """Whether the bucket of ``batch_size`` exists and has settled (opens no bucket)."""
+        bucket = self._buckets.get(self.bucket_of(batch_size))
+        return bucket is not None and bucket.settled is not None
 
     def observe(
         self,

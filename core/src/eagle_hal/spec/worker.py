@@ -100,7 +100,7 @@ class EagleWorker:
         self.base_seed = runner.parallel.broadcast_ints([local_seed])[0]
         self.timed = timed
         self.times = IterationTimes()
-        self.iterations_at: Counter[int] = Counter()  # decode iterations run at each depth S
+        self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
         self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
@@ -189,7 +189,7 @@ class EagleWorker:
         start = time.perf_counter()
         batch_size = len(requests)
         steps = self.steps_for(batch_size)
-        self.iterations_at[steps] += 1
+        self.iterations_at_depth[steps] += 1
         spec = self._spec_at(steps)
         num_nodes = spec.draft_tokens if steps > 0 else 1
         topk = spec.topk if steps > 0 else 1

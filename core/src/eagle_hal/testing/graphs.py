@@ -35,7 +35,10 @@ import torch
 from eagle_hal.hal.attention import AttentionBackend
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
 
-__all__ = ["EmulatedGraph", "EmulatedGraphCapture", "recording_graph_module", "snapshot"]
+__all__ = [
+    "EmulatedGraph", "EmulatedGraphCapture", "recording_graph_module", "replaying_cpu_backend",
+    "snapshot",
+]
 
 _T = TypeVar("_T")
 
@@ -229,3 +232,17 @@ def recording_graph_module(graph_class: str, with_graphs: bool = True) -> types.
         setattr(module, graph_class, Graph)
         module.graph, module.graph_pool_handle = graph, lambda: "pool"
     return module
+
+
+def replaying_cpu_backend() -> Any:
+    """The CPU backend (reference attention and ops) with its graphs served by
+    ``EmulatedGraphCapture``: device-graph code paths without a device."""
+    from eagle_hal.backends.cpu.backend import CpuBackend
+    from eagle_hal.registry import select_backend
+
+    class ReplayingCpuBackend(CpuBackend):
+        def graph_capture(self) -> GraphCapture:
+            return EmulatedGraphCapture()
+
+    reference = select_backend("cpu")
+    return ReplayingCpuBackend(reference.descriptor, reference.device_spec)
