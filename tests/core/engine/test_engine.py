@@ -207,3 +207,68 @@ def test_per_request_statistics(backend, models):
         assert s.verify_steps >= 1 and 1.0 <= o.accept_length <= SPEC.num_steps + 1
         assert s.time_to_first_token is not None and s.time_to_first_token >= 0
         assert s.decode_tokens_per_s > 0
+
+
+class ByteTokenizer:
+    """Token i is one byte of a table holding the two bytes of "é", a letter and a space,
+    so characters span tokens; ``decode`` is UTF-8 with replacement (an incomplete or
+    broken sequence reads U+FFFD), and with ``drop_leading_space`` it drops a leading space
+    as SentencePiece decoders do. Counts the ids it decodes."""
+
+    TABLE = "é".encode() + b"a "
+    eos_token_ids = ()
+
+    def __init__(self, drop_leading_space: bool = False) -> None:
+        self.drop_leading_space = drop_leading_space
+        self.decoded_ids = 0
+
+    def decode(self, token_ids):
+        self.decoded_ids += len(token_ids)
+        text = bytes(self.TABLE[t % len(self.TABLE)] for t in token_ids).decode(
+            "utf-8", errors="replace")
+        return text[1:] if self.drop_leading_space and text.startswith(" ") else text
+
+
+@pytest.mark.parametrize("drop_leading_space", [False, True])
+def test_text_is_decoded_incrementally_and_equals_the_whole_decode(backend, models,
+                                                                   drop_leading_space):
+    """Long outputs whose characters span tokens: the final text equals decoding all the
+    output ids at once (the oracle), streamed deltas add up to it, and the decoding work
+    grows linearly with the output (decoding the whole output at every token would pass
+    about n^2 / 2 ids to the tokenizer)."""
+    tokenizer = ByteTokenizer(drop_leading_space)
+    llm = make(backend, models, tokenizer=tokenizer)
+    params = SamplingParams(max_new_tokens=200, ignore_eos=True)
+    streamed: dict[int, str] = {}
+    for delta in llm.stream(PROMPTS[:2], params):
+        streamed[delta.request_id] = streamed.get(delta.request_id, "") + delta.text
+    work = tokenizer.decoded_ids
+    reference = ByteTokenizer(drop_leading_space)
+    for out in llm.last_outputs:
+        assert len(out.token_ids) == 200
+        assert out.text == reference.decode(list(out.token_ids))
+        assert streamed[out.request_id] == out.text
+    assert any("é" in o.text for o in llm.last_outputs)
+    assert any("\ufffd" in o.text for o in llm.last_outputs)
+    assert work < 2 * 10 * 200  # two requests, a few window decodes per token
+    assert llm.used_pages == 0
+
+
+def test_a_stop_string_split_across_held_back_bytes_still_cuts(backend, models):
+    """A stop string that ends in a multi-byte character completes only once the
+    character's last byte arrives; the text is cut where the whole decode would be."""
+    tokenizer = ByteTokenizer()
+    expected = plain_tokens(backend, models, PROMPTS, 60)
+    checked = 0
+    for index, tokens in enumerate(expected):
+        text = tokenizer.decode(tokens)
+        starts = [i for i, ch in enumerate(text) if ch == "é" and i >= 2]
+        if not starts:
+            continue
+        stop = text[starts[0] - 2 : starts[0] + 1]  # two characters, then the wide one
+        cut = text.index(stop)
+        llm = make(backend, models, tokenizer=ByteTokenizer())
+        (out,) = llm.generate([PROMPTS[index]], SamplingParams(max_new_tokens=60, stop=(stop,)))
+        assert out.text == text[:cut] and out.finish_reason is FinishReason.STOP
+        checked += 1
+    assert checked > 0

@@ -22,7 +22,7 @@ from eagle_hal.engine.request import (
     StreamDelta,
 )
 from eagle_hal.engine.scheduler import DecodeWork, PrefillWork, Scheduler
-from eagle_hal.engine.stopping import Detokenizer, append_tokens, safe_stream_text
+from eagle_hal.engine.stopping import Detokenizer, append_tokens, finish_text, safe_stream_text
 
 __all__ = ["Engine", "StepResult", "Worker"]
 
@@ -137,6 +137,7 @@ class Engine:
         if request.finish_reason is None and self._out_of_context(request):
             request.finish_reason = FinishReason.LENGTH
         if request.finish_reason is not None:
+            finish_text(request, self.detokenizer)
             request.stats.finish_time = time.perf_counter()
             self.worker.release(request)
             self.scheduler.finish(request, request.finish_reason)

@@ -10,6 +10,13 @@ Conventions (the same for speculative and plain decoding):
 * a stop string ends the request; the token that completed it stays in ``output_ids`` but
   the text is cut before the stop string;
 * ``max_new_tokens`` ends the request with ``FinishReason.LENGTH``.
+
+The text grows incrementally: each new token decodes a short window of ids with and without
+it (the difference is the new text, so tokenizers that drop a leading space at the start
+of a decode still space right), held back while the window's tail is an incomplete UTF-8
+sequence. Decoding the whole output at every token would cost time growing with its length,
+per request and token. A finished request's text is flushed (``finish_text``), so it
+equals the decode of its output ids, cut before a stop string.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Protocol
 
 from eagle_hal.engine.request import FinishReason, Request
 
-__all__ = ["Detokenizer", "append_tokens", "safe_stream_text"]
+__all__ = ["Detokenizer", "append_tokens", "finish_text", "safe_stream_text"]
 
 
 class Detokenizer(Protocol):
@@ -50,18 +57,43 @@ def append_tokens(
         request.output_ids.append(token)
         if detokenizer is not None:
             previous = len(request.text)
-            request.text = detokenizer.decode(request.output_ids)
-            if stops:
+            _extend_text(request, detokenizer, final=False)
+            if stops and len(request.text) > previous:
                 window_start = max(0, previous - longest_stop)
                 cut = _find_stop(request.text, stops, window_start)
                 if cut is not None:
                     request.text = request.text[:cut]
+                    request.text_window = request.text_ids = len(request.output_ids)
                     request.finish_reason = FinishReason.STOP
                     break
         if len(request.output_ids) >= request.params.max_new_tokens:
             request.finish_reason = FinishReason.LENGTH
             break
+    if request.finish_reason is not None:
+        finish_text(request, detokenizer)
     return consumed
+
+
+def finish_text(request: Request, detokenizer: Detokenizer | None) -> None:
+    """Add the text still held back (an incomplete UTF-8 tail decodes as U+FFFD) to a
+    request that has finished; nothing after a stop string."""
+    if detokenizer is not None:
+        _extend_text(request, detokenizer, final=True)
+
+
+def _extend_text(request: Request, detokenizer: Detokenizer, *, final: bool) -> None:
+    """Append the text of the output ids not yet in ``request.text``, decoding only the
+    window since the last emission (see the module docstring)."""
+    ids = request.output_ids
+    start, end = request.text_window, request.text_ids
+    if end == len(ids):
+        return
+    before = detokenizer.decode(ids[start:end]) if end > start else ""
+    after = detokenizer.decode(ids[start:])
+    if len(after) <= len(before) or (after.endswith(_INCOMPLETE) and not final):
+        return
+    request.text += after[len(before) :]
+    request.text_window, request.text_ids = end, len(ids)
 
 
 def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
