@@ -210,12 +210,14 @@ def test_per_request_statistics(backend, models):
 
 
 class ByteTokenizer:
-    """Token i is one byte of a table holding the two bytes of "é", a letter and a space,
-    so characters span tokens; ``decode`` is UTF-8 with replacement (an incomplete or
-    broken sequence reads U+FFFD), and with ``drop_leading_space`` it drops a leading space
-    as SentencePiece decoders do. Counts the ids it decodes."""
+    """Token i is a chunk of bytes: the two halves of "é" alone, and chunks that end or
+    start inside it around other characters, so characters span tokens and a token can
+    complete text and begin a partial character at once; ``decode`` is UTF-8 with
+    replacement (an incomplete or broken sequence reads U+FFFD), and with
+    ``drop_leading_space`` it drops a leading space as SentencePiece decoders do. Counts the
+    ids it decodes."""
 
-    TABLE = "é".encode() + b"a "
+    CHUNKS = (b"\xc3", b"\xa9", b"a", b" ", b"\n\xc3", b"\xa9b")
     eos_token_ids = ()
 
     def __init__(self, drop_leading_space: bool = False) -> None:
@@ -224,25 +226,35 @@ class ByteTokenizer:
 
     def decode(self, token_ids):
         self.decoded_ids += len(token_ids)
-        text = bytes(self.TABLE[t % len(self.TABLE)] for t in token_ids).decode(
-            "utf-8", errors="replace")
+        data = b"".join(self.CHUNKS[t % len(self.CHUNKS)] for t in token_ids)
+        text = data.decode("utf-8", errors="replace")
         return text[1:] if self.drop_leading_space and text.startswith(" ") else text
+
+
+def whole_decode_stop(tokenizer, tokens, stop, max_new_tokens):
+    """The oracle: decode every prefix whole; the first that contains ``stop`` ends the
+    output there (text cut before it), else ``max_new_tokens`` does."""
+    for k in range(1, len(tokens) + 1):
+        text = tokenizer.decode(tokens[:k])
+        if stop in text:
+            return tokens[:k], text[: text.index(stop)], FinishReason.STOP
+        if k == max_new_tokens:
+            return tokens[:k], text, FinishReason.LENGTH
+    raise AssertionError("the plain tokens end before max_new_tokens")
 
 
 @pytest.mark.parametrize("drop_leading_space", [False, True])
 def test_text_is_decoded_incrementally_and_equals_the_whole_decode(backend, models,
                                                                    drop_leading_space):
-    """Long outputs whose characters span tokens: the final text equals decoding all the
-    output ids at once (the oracle), streamed deltas add up to it, and the decoding work
-    grows linearly with the output (decoding the whole output at every token would pass
-    about n^2 / 2 ids to the tokenizer)."""
+    """Outputs whose characters span tokens (and break: the model's bytes are not always
+    valid UTF-8): the final text equals decoding all the output ids at once (the oracle),
+    and streamed deltas add up to it."""
     tokenizer = ByteTokenizer(drop_leading_space)
     llm = make(backend, models, tokenizer=tokenizer)
     params = SamplingParams(max_new_tokens=200, ignore_eos=True)
     streamed: dict[int, str] = {}
     for delta in llm.stream(PROMPTS[:2], params):
         streamed[delta.request_id] = streamed.get(delta.request_id, "") + delta.text
-    work = tokenizer.decoded_ids
     reference = ByteTokenizer(drop_leading_space)
     for out in llm.last_outputs:
         assert len(out.token_ids) == 200
@@ -250,25 +262,48 @@ def test_text_is_decoded_incrementally_and_equals_the_whole_decode(backend, mode
         assert streamed[out.request_id] == out.text
     assert any("é" in o.text for o in llm.last_outputs)
     assert any("\ufffd" in o.text for o in llm.last_outputs)
-    assert work < 2 * 10 * 200  # two requests, a few window decodes per token
     assert llm.used_pages == 0
 
 
+def test_decoding_work_grows_linearly_with_the_output():
+    """Valid UTF-8 split across tokens, 600 tokens: a few short windows per token are
+    decoded (decoding the whole output at every token would pass about n^2 / 2 = 180,000
+    ids to the tokenizer), and the text equals the whole decode."""
+    from eagle_hal.engine.request import Request
+    from eagle_hal.engine.stopping import append_tokens
+
+    tokenizer = ByteTokenizer()
+    tokens = [0, 1, 2, 3, 4, 5] * 100  # "é", "a", " ", "\né", "b": always valid in the end
+    request = Request(0, [1], SamplingParams(max_new_tokens=1000, ignore_eos=True))
+    for token in tokens:
+        append_tokens(request, [token], tokenizer)
+    assert tokenizer.decoded_ids < 8 * len(tokens)
+    assert request.text == ByteTokenizer().decode(tokens)
+
+
 def test_a_stop_string_split_across_held_back_bytes_still_cuts(backend, models):
-    """A stop string that ends in a multi-byte character completes only once the
-    character's last byte arrives; the text is cut where the whole decode would be."""
+    """Stop strings around partial characters: one ending in the multi-byte character
+    (complete only once its last byte arrives) and "\n", which arrives in the same token
+    as the first byte of a character (held back). Text, finish reason and the tokens kept
+    (up to the one that completed the stop string) are those of whole decodes of every
+    prefix (``whole_decode_stop``); also when the request ends by length with text held
+    back."""
     tokenizer = ByteTokenizer()
     expected = plain_tokens(backend, models, PROMPTS, 60)
-    checked = 0
+    checked = set()
     for index, tokens in enumerate(expected):
         text = tokenizer.decode(tokens)
+        stops = ["\n"] if "\n" in text else []
         starts = [i for i, ch in enumerate(text) if ch == "é" and i >= 2]
-        if not starts:
-            continue
-        stop = text[starts[0] - 2 : starts[0] + 1]  # two characters, then the wide one
-        cut = text.index(stop)
-        llm = make(backend, models, tokenizer=ByteTokenizer())
-        (out,) = llm.generate([PROMPTS[index]], SamplingParams(max_new_tokens=60, stop=(stop,)))
-        assert out.text == text[:cut] and out.finish_reason is FinishReason.STOP
-        checked += 1
-    assert checked > 0
+        stops += [text[starts[0] - 2 : starts[0] + 1]] if starts else []
+        for stop in stops:
+            for limit in (60, tokens.index(next(t for t in tokens if t % 6 == 4)) + 1):
+                want = whole_decode_stop(tokenizer, tokens, stop, limit)
+                llm = make(backend, models, tokenizer=ByteTokenizer())
+                params = SamplingParams(max_new_tokens=limit, stop=(stop,))
+                (out,) = llm.generate([PROMPTS[index]], params)
+                assert (list(out.token_ids), out.text, out.finish_reason) == want
+                checked.add((stop == "\n", want[2]))
+    # every kind met: "\n" and a wide stop string, a stop and a length finish
+    assert {(True, FinishReason.STOP), (False, FinishReason.STOP)} <= checked
+    assert any(reason is FinishReason.LENGTH for _, reason in checked)

@@ -10,13 +10,10 @@ every run's kept; accept length), then once more with per-phase synchronisation 
 split of an iteration into draft / verify / accept / draft-extend. Each row also says how
 many graphs were captured while timed (one-off costs the warm-up missed) and how many
 iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
-same batch size in the same run. With
-``--hf-baseline`` the same weights also run through Hugging Face transformers ``generate``
-(batch size 1). ``results.json`` and, when matplotlib is importable, PNG plots go to
-``--out``.
-
-Prompts (``bench_prompts``): ``--dataset mt-bench`` or a file; first turns go through the
-chat template.
+same batch size in the same run. With ``--hf-baseline`` the same weights also run through
+Hugging Face transformers ``generate`` (batch size 1). ``results.json`` and, when
+matplotlib is importable, PNG plots go to ``--out``. Prompts (``bench_prompts``):
+``--dataset mt-bench`` or a file; first turns go through the chat template.
 """
 
 from __future__ import annotations

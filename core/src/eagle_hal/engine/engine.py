@@ -89,6 +89,7 @@ class Engine:
         request = self._requests.get(request_id)
         if request is None or request.finished:
             return
+        finish_text(request, self.detokenizer)
         self.worker.release(request)
         self.scheduler.finish(request, FinishReason.CANCELLED)
 

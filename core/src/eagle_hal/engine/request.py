@@ -117,10 +117,10 @@ class Request:
     table_row: int | None = None
     cached_len: int = 0  # tokens whose target KV is cached (the pending root is not)
     text: str = ""  # decoded output text so far (stop strings are cut from it)
-    # incremental detokenisation (``engine.stopping``): the decode window's first output id,
-    # and the output ids whose text is in ``text``
+    # incremental detokenisation (``engine.stopping``): the decode window's first output
+    # id, and how many output ids have their text in ``text``
     text_window: int = 0
-    text_ids: int = 0
+    num_detokenized: int = 0
     streamed_tokens: int = 0
     streamed_chars: int = 0
 

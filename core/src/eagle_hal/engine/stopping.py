@@ -15,7 +15,8 @@ The text grows incrementally: each new token decodes a short window of ids with 
 it (the difference is the new text, so tokenizers that drop a leading space at the start
 of a decode still space right), held back while the window's tail is an incomplete UTF-8
 sequence. Decoding the whole output at every token would cost time growing with its length,
-per request and token. A finished request's text is flushed (``finish_text``), so it
+per request and token. (A stream that keeps ending inside a character -- bytes that are
+not valid UTF-8 -- holds its window open, and its cost grows back to that.) A finished request's text is flushed (``finish_text``), so it
 equals the decode of its output ids, cut before a stop string.
 """
 
@@ -57,13 +58,15 @@ def append_tokens(
         request.output_ids.append(token)
         if detokenizer is not None:
             previous = len(request.text)
-            _extend_text(request, detokenizer, final=False)
-            if stops and len(request.text) > previous:
-                window_start = max(0, previous - longest_stop)
-                cut = _find_stop(request.text, stops, window_start)
+            held = _extend_text(request, detokenizer, final=False)
+            if stops:
+                # held-back text counts: a stop string may end just before a partial
+                # character, and must stop the request at this token
+                visible = request.text + held
+                cut = _find_stop(visible, stops, max(0, previous - longest_stop))
                 if cut is not None:
-                    request.text = request.text[:cut]
-                    request.text_window = request.text_ids = len(request.output_ids)
+                    request.text = visible[:cut]
+                    request.text_window = request.num_detokenized = len(request.output_ids)
                     request.finish_reason = FinishReason.STOP
                     break
         if len(request.output_ids) >= request.params.max_new_tokens:
@@ -76,24 +79,34 @@ def append_tokens(
 
 def finish_text(request: Request, detokenizer: Detokenizer | None) -> None:
     """Add the text still held back (an incomplete UTF-8 tail decodes as U+FFFD) to a
-    request that has finished; nothing after a stop string."""
+    request that has finished; nothing after a stop string (the held-back text was
+    searched for stop strings as its tokens came)."""
     if detokenizer is not None:
         _extend_text(request, detokenizer, final=True)
 
 
-def _extend_text(request: Request, detokenizer: Detokenizer, *, final: bool) -> None:
+def _extend_text(request: Request, detokenizer: Detokenizer, *, final: bool) -> str:
     """Append the text of the output ids not yet in ``request.text``, decoding only the
-    window since the last emission (see the module docstring)."""
+    window since the last emission (see the module docstring); return the text held back
+    (``""`` when none). A decoder whose window decode does not extend the decode without
+    the new ids (one that rewrites text across the window's start) gets the whole output
+    decoded instead."""
     ids = request.output_ids
-    start, end = request.text_window, request.text_ids
+    start, end = request.text_window, request.num_detokenized
     if end == len(ids):
-        return
+        return ""
     before = detokenizer.decode(ids[start:end]) if end > start else ""
     after = detokenizer.decode(ids[start:])
-    if len(after) <= len(before) or (after.endswith(_INCOMPLETE) and not final):
-        return
-    request.text += after[len(before) :]
-    request.text_window, request.text_ids = end, len(ids)
+    if not after.startswith(before):
+        request.text = detokenizer.decode(ids)
+        request.text_window = request.num_detokenized = len(ids)
+        return ""
+    new = after[len(before) :]
+    if not new or (new.endswith(_INCOMPLETE) and not final):
+        return new
+    request.text += new
+    request.text_window, request.num_detokenized = end, len(ids)
+    return ""
 
 
 def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:
