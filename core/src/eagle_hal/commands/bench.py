@@ -174,15 +174,14 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
     depths = getattr(worker, "iterations_at_depth", None)
     if depths is not None:
         depths.clear()
-    runs: list[float] = []  # tokens/s of each timed run
-    outputs: list[Any] = []
+    durations, runs, outputs = [], [], []  # each timed run's seconds and tokens/s
     for _ in range(repeats):
         backend.synchronize()
         start = time.perf_counter()
         outputs = llm.generate(prompts, params)
         backend.synchronize()
-        seconds = time.perf_counter() - start
-        runs.append(sum(o.num_tokens for o in outputs) / seconds if seconds > 0 else 0.0)
+        durations.append(time.perf_counter() - start)
+        runs.append(sum(o.num_tokens for o in outputs) / max(durations[-1], 1e-9))
     tokens = sum(o.num_tokens for o in outputs)
     passes = sum(o.stats.verify_steps for o in outputs)
     accepted = sum(o.stats.accepted_tokens for o in outputs)
@@ -190,7 +189,7 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
         "tokens_per_s": statistics.median(runs),
         "tokens_per_s_runs": runs,
         "accept_length": accepted / passes if passes else 0.0,
-        "output_tokens": tokens, "verify_passes": passes,
+        "output_tokens": tokens, "seconds": statistics.median(durations), "verify_passes": passes,
         "accept_length_histogram": dict(sorted(Counter(
             round(o.accept_length, 1) for o in outputs).items())),
         # one-off costs the timed runs paid (each capture is milliseconds on a GPU), and
