@@ -130,7 +130,7 @@ class Engine:
     def _absorb(self, request: Request, tokens: Sequence[int], *, counts_as_verify: bool) -> None:
         if request.finished:
             return
-        if counts_as_verify:
+        if counts_as_verify and tokens:  # none: its iteration is still in flight
             request.stats.verify_steps += 1
             request.stats.accepted_tokens += len(tokens)
         append_tokens(request, tokens, self.detokenizer)

@@ -21,7 +21,8 @@ them. Per decode iteration for B requests, S draft steps, top-k K, N verify node
 costs what plain decoding costs: the emitted tokens and their features wait in
 ``spec.catchup`` until the next iteration with S > 0 starts with one ragged draft extend
 over them. With no draft model, or a fixed ``num_steps == 0``, the worker is plain
-decoding, the baseline.
+decoding, the baseline; on a device that runs asynchronously to the host it keeps one
+iteration in flight (``spec.overlap``), returning each iteration's tokens one call late.
 
 Positions: the root sits at position ``seq_len`` (its KV is written by the verify); a draft
 node at depth d has target position ``seq_len + d``. The draft reads token ``p + 1`` with the
@@ -48,6 +49,7 @@ from eagle_hal.spec.adaptive import AdaptiveController
 from eagle_hal.spec.catchup import PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
+from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight
 
 __all__ = ["EagleWorker", "IterationTimes"]
 
@@ -74,6 +76,7 @@ class EagleWorker:
         *,
         seed: int | None = None,
         timed: bool = False,
+        overlap: bool | None = None,
     ) -> None:
         self.runner = runner
         self.ops = ops
@@ -99,6 +102,12 @@ class EagleWorker:
         local_seed = seed if seed is not None else int.from_bytes(os.urandom(4), "little")
         self.base_seed = runner.parallel.broadcast_ints([local_seed])[0]
         self.timed = timed
+        # plain decoding launches each iteration before reading back the previous one
+        # (spec.overlap); on by default where the device runs asynchronously to the host
+        if overlap is None:
+            overlap = runner.device.type != "cpu"
+        self.overlap = overlap and runner.parallel.world_size == 1
+        self._in_flight: InFlight | None = None
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -185,6 +194,9 @@ class EagleWorker:
 
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
+        if self.overlap and not self.has_draft and not self.timed:
+            return decode_overlapped(self, requests)
+        discard_in_flight(self)
         runner, ops = self.runner, self.ops
         start = time.perf_counter()
         batch_size = len(requests)

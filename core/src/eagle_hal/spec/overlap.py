@@ -1,0 +1,160 @@
+"""Plain decoding with the host's work hidden behind the device's: one iteration in flight.
+
+A plain decode iteration is a device forward (a graph replay) then host work: read back the
+sampled tokens, append them, detokenise, check stops, schedule the next batch. Done in
+that order the device idles while the host works. Here each call launches the next
+iteration *before* reading back the previous one: the next iteration's root tokens are the
+previous iteration's sampled tokens, still on the device, so the launch needs nothing from
+the host but positions and slots, which plain decoding knows in advance (every iteration
+emits exactly one token per request). The engine then receives each iteration's tokens one
+call late, while the following iteration runs.
+
+What this changes and what it does not:
+
+* the tokens are those of ordinary plain decoding, in the same order (same inputs, same
+  kernels, same per-position sampling noise);
+* a request that finishes (EOS, stop string, length) has one iteration more in flight: its
+  token is dropped, its KV write lands in slots the scheduler already freed, ordered on the
+  device before any later use of them;
+* a request that joins the batch gets no token from the call that first launches it (the
+  engine then counts no verify pass for it);
+* a request preempted or re-prefilled while in flight is recognised (its cached length or
+  output count no longer match the launch's) and its in-flight token dropped: the next
+  iteration recomputes it from the host's tokens.
+
+The in-flight state lives in the worker (``EagleWorker``) and is used only for plain
+decoding (no draft); see ``EagleWorker.decode``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from eagle_hal.engine.request import Request
+from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.spec.acceptance import accept_tree
+from eagle_hal.spec.drafting import single_node_tree
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.spec.worker import EagleWorker
+
+__all__ = ["InFlight", "decode_overlapped", "discard_in_flight"]
+
+
+@dataclasses.dataclass(slots=True)
+class InFlight:
+    """An iteration launched but not read back."""
+
+    requests: list[Request]
+    # per request: its cached length and output count when this iteration is read back
+    # (a re-prefill resets the length: the token is then stale)
+    expected: list[tuple[int, int]]
+    tokens: torch.Tensor  # [B] int64 on the device: each request's sampled token
+    host: torch.Tensor  # [B] int64 host copy, filled when ``ready`` has passed
+    ready: torch.Event | None  # None on the CPU (the copy is synchronous)
+
+    def source_of(self, requests: Sequence[Request]) -> list[int]:
+        """For each request, its row in this iteration, or -1 when it has no valid token
+        here (not launched in it, finished, preempted or re-prefilled since)."""
+        index = {id(r): b for b, r in enumerate(self.requests)}
+        sources = []
+        for request in requests:
+            b = index.get(id(request), -1)
+            valid = (
+                b >= 0 and request.table_row is not None and not request.finished
+                and request.cached_len == self.expected[b][0]
+            )
+            if valid and len(request.output_ids) != self.expected[b][1]:
+                raise RuntimeError(
+                    f"request {request.request_id}: {len(request.output_ids)} output tokens "
+                    f"but the iteration in flight expects {self.expected[b][1]}"
+                )
+            sources.append(b if valid else -1)
+        return sources
+
+    def read(self) -> list[int]:
+        """The sampled tokens, waiting for the iteration to finish."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host.tolist()
+
+
+def discard_in_flight(worker: EagleWorker) -> None:
+    """Forget the iteration in flight (before a decode that does not overlap): its valid
+    requests give back the position it advanced, so their next iteration recomputes it."""
+    in_flight: InFlight | None = worker._in_flight
+    if in_flight is None:
+        return
+    worker._in_flight = None
+    table = worker.runner.table
+    for b, request in enumerate(in_flight.requests):
+        if in_flight.source_of([request])[0] == b:
+            request.cached_len -= 1
+            table.truncate(request.table_row, request.cached_len)
+
+
+def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]]:
+    """One plain decode iteration for ``requests``, launched before the previous one is read
+    back; returns the previous iteration's tokens for the requests it holds (``[]`` for
+    the others). ``worker`` is the ``EagleWorker`` (its runner, ops and in-flight state)."""
+    runner, ops = worker.runner, worker.ops
+    previous: InFlight | None = worker._in_flight
+    batch_size = len(requests)
+    rows = [worker._row(r) for r in requests]
+    seq_lens = [r.cached_len for r in requests]
+    for row, seq_len in zip(rows, seq_lens):
+        runner.table.reserve(row, seq_len + 1)
+    sources = previous.source_of(requests) if previous is not None else [-1] * batch_size
+    # a request's root is the previous iteration's token when it has one there, else the
+    # host's last token (just prefilled, or its in-flight token was dropped)
+    host_roots = [r.output_ids[-1] if s < 0 else 0 for r, s in zip(requests, sources)]
+    rows_t, seq_t, roots_t, slots_t, nodes_t, sources_t = runner.upload_with_table(
+        rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1), [1] * batch_size,
+        sources,
+    )
+    if previous is not None and sources == list(range(len(previous.requests))):
+        roots = previous.tokens  # the same batch in the same order: the usual case
+    elif previous is not None and max(sources) >= 0:
+        carried = previous.tokens[sources_t.clamp(min=0)]  # [B]
+        roots = torch.where(sources_t >= 0, carried, roots_t)
+    else:
+        roots = roots_t
+    tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, worker._one_node)
+    batch = runner.make_batch(
+        ForwardMode.DECODE, input_ids=tree.tokens, positions=tree.positions, rows=rows,
+        prefix_lens=seq_lens, extend_lens=[1] * batch_size, out_cache_loc=slots_t,
+        device_lens=(rows_t, seq_t, nodes_t),
+    )
+    out = runner.run_target(batch)
+    logits = runner.target.compute_logits(out.hidden_states).view(batch_size, 1, -1)
+    sampling = worker._sampling(requests)
+    if sampling.greedy:
+        tokens = ops.masked_argmax(logits, worker.vocab_size)[:, 0].long()
+    else:
+        result = accept_tree(
+            ops, logits, worker.vocab_size, tree.tokens, tree.retrieve_next_token,
+            tree.retrieve_next_sibling, 0, sampling, 2 * seq_t,
+        )
+        tokens = result.bonus_tokens.long().view(batch_size)
+    on_device = runner.device.type != "cpu"
+    host = torch.empty(batch_size, dtype=torch.int64, pin_memory=on_device)
+    host.copy_(tokens, non_blocking=on_device)
+    ready = None
+    if on_device:
+        ready = torch.Event(device=runner.device)
+        ready.record()
+    for request, seq_len in zip(requests, seq_lens):
+        request.cached_len = seq_len + 1
+    # by the time this iteration is read back, the engine holds the previous one's tokens
+    expected = [(r.cached_len, len(r.output_ids) + (s >= 0)) for r, s in zip(requests, sources)]
+    worker._in_flight = InFlight(list(requests), expected, tokens, host, ready)
+    worker.iterations_at_depth[0] += 1
+    # the previous iteration has run meanwhile (it was queued before this one)
+    if previous is None or max(sources, default=-1) < 0:
+        return [[] for _ in requests]
+    values = previous.read()
+    return [[values[s]] if s >= 0 else [] for s in sources]

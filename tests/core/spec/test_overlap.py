@@ -1,0 +1,149 @@
+"""Plain decoding with one iteration in flight (spec/overlap.py).
+
+The oracle is the same model decoded without overlap (plain decoding, tested against HF
+transformers in tests/core/model): tokens, finish reasons and text must be identical, and
+every KV page must come back, whatever ends a request (length, EOS, stop token, stop
+string, end of context, cancellation) and however the batch changes (requests joining,
+preempted and resumed).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle_hal import select_backend
+from eagle_hal.api import LLM
+from eagle_hal.engine.request import SamplingParams
+from eagle_hal.spec import overlap as overlap_module
+from eagle_hal.testing.models import near_bigram_target, tiny_target
+
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3, 2], [3, 8, 4, 6, 2, 6, 4, 3]]
+
+
+class CharTokenizer:
+    """Token i is the letter ``chr(97 + i % 26)``."""
+
+    eos_token_ids = ()
+
+    def decode(self, token_ids):
+        return "".join(chr(97 + t % 26) for t in token_ids)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return select_backend("cpu")
+
+
+@pytest.fixture(scope="module")
+def target():
+    return near_bigram_target(seed=5)
+
+
+def run(backend, target, prompts, params, *, overlap, **kwargs):
+    llm = LLM.from_models(backend, target, None, kwargs.pop("tokenizer", None), **kwargs)
+    llm.worker.overlap = overlap
+    outputs = llm.generate(prompts, params)
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+    return llm, [(list(o.token_ids), o.finish_reason, o.text) for o in outputs]
+
+
+def both(backend, target, prompts, params, **kwargs):
+    _, expected = run(backend, target, prompts, params, overlap=False, **dict(kwargs))
+    llm, got = run(backend, target, prompts, params, overlap=True, **kwargs)
+    return llm, got, expected
+
+
+@pytest.mark.parametrize("max_batch_size", [1, 2, 16])
+def test_greedy_outputs_equal_plain_decoding_as_requests_join_and_finish(
+    backend, target, max_batch_size
+):
+    """Different lengths finish at different iterations; queued requests join mid-run."""
+    params = [SamplingParams(max_new_tokens=n) for n in (7, 19, 3, 25, 12)]
+    llm, got, expected = both(backend, target, PROMPTS, params, max_batch_size=max_batch_size)
+    assert got == expected
+    assert [len(t) for t, _, _ in got] == [7, 19, 3, 25, 12]
+
+
+def test_verify_passes_count_only_iterations_read_back(backend, target):
+    """The call that first launches a request returns nothing for it: no pass counted."""
+    llm = LLM.from_models(backend, target, None)
+    llm.worker.overlap = True
+    out = llm.generate(PROMPTS, SamplingParams(max_new_tokens=9))
+    for o in out:
+        assert o.stats.verify_steps == len(o.token_ids) - 1  # the first came from prefill
+
+
+def test_sampled_outputs_equal_plain_decoding(backend, target):
+    params = [SamplingParams(max_new_tokens=20, temperature=0.9, top_p=0.9, seed=s)
+              for s in range(len(PROMPTS))]
+    _, got, expected = both(backend, target, PROMPTS, params, max_batch_size=3)
+    assert got == expected
+
+
+def test_eos_stop_tokens_and_stop_strings_cut_where_plain_decoding_does(backend):
+    model = tiny_target(seed=2, eos=(7, 11))
+    _, got, expected = both(backend, model, PROMPTS, SamplingParams(max_new_tokens=40),
+                            max_batch_size=2)
+    assert got == expected
+    assert any(len(t) < 40 for t, _, _ in got)  # EOS really ended some request early
+    for params in (SamplingParams(max_new_tokens=40, stop_token_ids=(5, 9), ignore_eos=True),
+                   SamplingParams(max_new_tokens=40, stop=("d", "ja"), ignore_eos=True)):
+        _, got, expected = both(backend, model, PROMPTS, params, max_batch_size=2,
+                                tokenizer=CharTokenizer())
+        assert got == expected
+
+
+def test_preemption_and_the_end_of_the_context(backend, target):
+    prompts = [p * 2 for p in PROMPTS] * 2
+    llm, got, expected = both(backend, target, prompts, SamplingParams(max_new_tokens=40),
+                              kv_cache_tokens=160, max_batch_size=10)
+    assert got == expected
+    _, got, expected = both(backend, target, PROMPTS, SamplingParams(max_new_tokens=100),
+                            max_context=40)
+    assert got == expected
+
+
+def test_cancelling_in_flight_frees_everything_and_spares_the_others(backend, target):
+    _, expected = run(backend, target, PROMPTS, SamplingParams(max_new_tokens=30), overlap=False)
+    llm = LLM.from_models(backend, target, None)
+    llm.worker.overlap = True
+    got: dict[int, list[int]] = {}
+    victim = None
+    for delta in llm.stream(PROMPTS, SamplingParams(max_new_tokens=30)):
+        got.setdefault(delta.request_id, []).extend(delta.token_ids)
+        if victim is None and len(got[delta.request_id]) == 4:
+            victim = delta.request_id
+            llm.engine.cancel(victim)
+    assert llm.used_pages == 0
+    for rid, (tokens, _, _) in zip(sorted(got), expected):
+        assert got[rid] == (tokens[: len(got[rid])] if rid == victim else tokens)
+
+
+def test_switching_overlap_off_mid_run_recomputes_the_dropped_iteration(backend, target):
+    llm = LLM.from_models(backend, target, None)
+    _, expected = run(backend, target, PROMPTS, SamplingParams(max_new_tokens=15), overlap=False)
+    llm.worker.overlap = True
+    stream = llm.stream(PROMPTS, SamplingParams(max_new_tokens=15))
+    got: dict[int, list[int]] = {}
+    for step, delta in enumerate(stream):
+        got.setdefault(delta.request_id, []).extend(delta.token_ids)
+        llm.worker.overlap = step % 7 < 4  # on and off again while requests run
+    assert [got[rid] for rid in sorted(got)] == [t for t, _, _ in expected]
+    assert llm.used_pages == 0
+
+
+def test_the_next_iteration_is_launched_before_the_previous_is_read(backend, target, monkeypatch):
+    """The point of overlap: each call queues its forward before waiting for the last one."""
+    events: list[str] = []
+    llm = LLM.from_models(backend, target, None)
+    llm.worker.overlap = True
+    run_target = llm.runner.run_target
+    monkeypatch.setattr(llm.runner, "run_target",
+                        lambda *a, **k: (events.append("launch"), run_target(*a, **k))[1])
+    read = overlap_module.InFlight.read
+    monkeypatch.setattr(overlap_module.InFlight, "read",
+                        lambda self: (events.append("read"), read(self))[1])
+    llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=6))
+    decode = [e for e in events[1:]]  # the first launch is the prefill's
+    # prefill emits token 1; tokens 2..6 come from 5 reads, each after a later launch
+    assert decode == ["launch", "launch", "read"] + ["launch", "read"] * 4
