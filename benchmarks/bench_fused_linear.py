@@ -2,7 +2,7 @@
 fused small-batch kernels (``eagle_hal.ops.triton.fused_linear``).
 
     python benchmarks/bench_fused_linear.py [--dtype bfloat16] [--rows 1,6,16,32]
-        [--configs 16x128x4x3,32x128x4x3]
+        [--configs 16x128x4x3,16x128x4x3x4]
 
 Per layer, attention excluded (its output is stood in for by q), SmolLM2-135M's geometry
 (hidden 576, 9/3 heads x 64, intermediate 1536):
@@ -15,13 +15,21 @@ Each layer has its own weights (30 layers hold ~210 MB, more than the L2 cache, 
 model). A variant is captured in a CUDA graph over the ``--layers`` layers, replayed
 ``--repeats`` times and timed with CUDA events; the table gives the median device time per
 layer in microseconds. ``--configs`` adds fused columns with forced launch configurations
-``BLOCK_N x BLOCK_K x warps x stages``. The fused outputs are checked against the unfused
-ones of one layer first. Needs a CUDA device and Triton.
+``BLOCK_N x BLOCK_K x warps x stages [x splits]`` (splits: split-K's upper bound, 1 when
+left out); the default list sweeps splits 1 to 6 over a few reduction tiles and warp counts.
+
+Before it is timed, each variant's outputs over one layer are checked: close to the
+unfused ones, bit for bit the same over repeated launches (a race between a tile's split
+programs, or a counter left non-zero, shows here), and for up to 16 rows row 0 the same
+alone as in the batch. A config that fails to compile or gives wrong outputs is reported
+and skipped; one that is nondeterministic or row-variant is timed but marked ``!`` and
+never named best. Needs a CUDA device and Triton.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 
@@ -94,11 +102,62 @@ class Layers:
         return hidden, residual
 
 
+    def first_row(self) -> Layers:
+        """The same layers over row 0 alone (weights shared)."""
+        one = copy.copy(self)
+        one.x, one.residual = self.x[:1], self.residual[:1]
+        one.cos, one.sin = self.cos[:1], self.sin[:1]
+        return one
+
+
+DEFAULT_CONFIGS = ",".join([
+    "16x128x4x3", "16x512x4x3", "16x256x2x3", "16x256x8x3",  # no split
+    *(f"16x128x4x3x{splits}" for splits in range(2, 7)),
+    *(f"16x64x4x3x{splits}" for splits in range(2, 7)),
+    "16x256x4x3x2", "16x256x4x3x3", "16x256x4x3x6",
+    "16x128x2x3x3", "16x128x8x3x3", "16x64x2x3x4", "16x64x8x3x4", "16x128x4x2x3",
+    "16x128x4x4x3", "32x128x4x3x3",
+])
+PROJECTION_FEATURES = {"qkv/o/gate_up": 576, "down": 1536}  # the reductions' lengths
+
+
 def parse_config(text: str):  # noqa: ANN201 - a LaunchConfig
+    """``BLOCK_N x BLOCK_K x warps x stages [x splits]``."""
     from eagle_hal.ops.triton.fused_linear import LaunchConfig  # noqa: PLC0415
 
-    block_n, block_k, warps, stages = (int(v) for v in text.split("x"))
-    return LaunchConfig(block_n, block_k, warps, stages)
+    fields = [int(v) for v in text.split("x")]
+    if len(fields) not in (4, 5):
+        raise ValueError(f"config {text!r}: want BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]")
+    return LaunchConfig(*fields)
+
+
+def describe_splits(config) -> str:  # noqa: ANN001 - a LaunchConfig
+    """The splits each reduction length actually takes under ``config``."""
+    from eagle_hal.ops.triton.fused_linear import _split  # noqa: PLC0415
+
+    return ", ".join(f"{name} (K={k}) {_split(k, config)[0]}"
+                     for name, k in PROJECTION_FEATURES.items())
+
+
+def check(one: Layers, expected: tuple[torch.Tensor, ...], config) -> str:  # noqa: ANN001
+    """'' when ``config``'s outputs over one layer are right, deterministic and row-invariant;
+    else what is wrong. Raises when they are not close to the unfused ``expected``."""
+    first = one.fused(config)
+    for e, f in zip(expected, first, strict=True):
+        torch.testing.assert_close(f.float(), e.float(), atol=0.1, rtol=0.05)
+    problems = []
+    for _ in range(20):
+        again = one.fused(config)
+        if not all(torch.equal(a, b) for a, b in zip(first, again, strict=True)):
+            problems.append("differs between launches")
+            break
+    rows = one.x.shape[0]
+    if 1 < rows <= 16:
+        alone = one.first_row().fused(config)
+        if not all(torch.equal(a[0], b[0]) for a, b in zip(alone, first, strict=True)):
+            problems.append("row 0 alone differs from row 0 in the batch")
+    torch.cuda.synchronize()
+    return "; ".join(problems)
 
 
 def main() -> int:
@@ -107,17 +166,23 @@ def main() -> int:
     parser.add_argument("--rows", default="1,2,6,16,32")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--configs", default="16x128x4x3,16x512x4x3,16x256x2x3,16x256x8x3,"
-                        "16x256x4x2,16x256x4x4,32x256x4x3")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS)
     args = parser.parse_args()
     require_cuda("bench_fused_linear.py")
     dtype = getattr(torch, args.dtype)
-    configs = [c for c in args.configs.split(",") if c]
+    configs = {}  # text -> LaunchConfig, the unparsable ones reported and left out
+    for text in (c for c in args.configs.split(",") if c):
+        try:
+            configs[text] = parse_config(text)
+        except ValueError as error:
+            print(f"skipped config {text}: {error}")
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, {args.dtype}, "
           f"{args.layers} layers; median us per layer (attention excluded)")
-    header = f"{'rows':>5} {'unfused':>9} {'fused':>9} {'ratio':>7}" + "".join(
-        f" {c:>12}" for c in configs)
-    print(header)
+    for text, config in configs.items():
+        print(f"  {text}: splits taken: {describe_splits(config)}")
+    print(f"{'rows':>5} {'unfused':>9} {'fused':>9} {'ratio':>7}" + "".join(
+        f" {c:>13}" for c in configs))
+    notes, best = [], []
     for rows in (int(r) for r in args.rows.split(",")):
         layers = Layers(args.layers, dtype, rows)
         with torch.inference_mode():
@@ -125,16 +190,40 @@ def main() -> int:
             expected, fused = one.unfused(), one.fused()
             for e, f in zip(expected, fused, strict=True):
                 torch.testing.assert_close(f.float(), e.float(), atol=0.1, rtol=0.05)
+            problem = check(one, expected, None)
+            if problem:
+                notes.append(f"rows {rows}, default config: {problem}")
             # one graph of all the layers; per layer = its time / the number of layers
             unfused_us = graph_median_us(layers.unfused, 1, args.repeats) / args.layers
             fused_us = graph_median_us(layers.fused, 1, args.repeats) / args.layers
             line = f"{rows:>5} {unfused_us:9.2f} {fused_us:9.2f} {unfused_us / fused_us:6.2f}x"
-            for text in configs:
-                config = parse_config(text)
-                us = graph_median_us(lambda c=config: layers.fused(c), 1,
-                                     args.repeats) / args.layers
-                line += f" {us:12.2f}"
+            timed = {"default": fused_us}  # config -> us, the sound ones only
+            for text, config in configs.items():
+                try:
+                    problem = check(one, expected, config)
+                    us = graph_median_us(lambda c=config: layers.fused(c), 1,
+                                         args.repeats) / args.layers
+                except Exception as error:  # noqa: BLE001 - report it, go on with the rest
+                    notes.append(f"rows {rows}, {text}: {type(error).__name__}: "
+                                 f"{str(error).splitlines()[0] if str(error) else ''}")
+                    line += f" {'error':>13}"
+                    torch.cuda.synchronize()
+                    continue
+                if problem:
+                    notes.append(f"rows {rows}, {text}: {problem}")
+                    line += f" {us:12.2f}!"
+                else:
+                    timed[text] = us
+                    line += f" {us:13.2f}"
         print(line, flush=True)
+        name = min(timed, key=timed.__getitem__)
+        best.append(f"rows {rows:>2}: {name} {timed[name]:.2f} us "
+                    f"(default {fused_us:.2f}, unfused {unfused_us:.2f})")
+    print("best sound config per row count:")
+    print("\n".join(f"  {b}" for b in best))
+    if notes:
+        print("problems:")
+        print("\n".join(f"  {n}" for n in notes))
     return 0
 
 

@@ -176,3 +176,165 @@ def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="residual"):
         fused.gate_up_silu(x, randn(3, 32, dtype=torch.float32, seed=25), None, EPS,
                            randn(32, 32, dtype=torch.float32, seed=26))
+
+
+# Split-K. The reduction is K = 100 features in 16-wide blocks: 7 blocks, dealt 4+3,
+# 3+3+1 and 2+2+2+1 by 2, 3 and 4 splits, the last block a partial one.
+SPLIT_K_FEATURES = 100
+
+
+def split_config(splits: int) -> fused.LaunchConfig:
+    return fused.LaunchConfig(block_k=16, splits=splits)
+
+
+def exact_linear(x, weight, bias=None):
+    """x @ W.T [+ bias] summed in float64, rounded once to x's dtype (a GEMM's rounding)."""
+    bias = bias.double() if bias is not None else None
+    return F.linear(x.double(), weight.double(), bias).to(x.dtype)
+
+
+def qkv_case(rows, dtype, has_residual, has_norm, has_bias, heads=2, kv_heads=1, head_dim=32):
+    hidden = SPLIT_K_FEATURES
+    width = (heads + 2 * kv_heads) * head_dim
+    cos, sin = rotary_tables(rows, head_dim, dtype, seed=36)
+    return dict(
+        x=randn(rows, hidden, dtype=dtype, seed=31),
+        residual=randn(rows, hidden, dtype=dtype, seed=32) if has_residual else None,
+        norm_weight=1 + 0.1 * randn(hidden, dtype=dtype, seed=33) if has_norm else None,
+        eps=EPS, weight=randn(width, hidden, dtype=dtype, seed=34, scale=hidden**-0.5),
+        bias=randn(width, dtype=dtype, seed=35, scale=0.1) if has_bias else None,
+        cos=cos, sin=sin, num_heads=heads, num_kv_heads=kv_heads,
+    )
+
+
+def qkv_oracle(case):
+    total, normed = stream_and_input(case["x"], case["residual"], case["norm_weight"])
+    rows, heads, kv_heads = case["x"].shape[0], case["num_heads"], case["num_kv_heads"]
+    head_dim = case["cos"].shape[1]
+    qkv = exact_linear(normed, case["weight"], case["bias"]).view(rows, -1, head_dim)
+    q, k = reference.rotary(qkv[:, :heads], qkv[:, heads : heads + kv_heads], case["cos"],
+                            case["sin"])
+    return q, k, qkv[:, heads + kv_heads :], total
+
+
+def gate_up_case(rows, dtype, has_residual, has_norm, intermediate=40):
+    hidden = SPLIT_K_FEATURES
+    return dict(
+        x=randn(rows, hidden, dtype=dtype, seed=41),
+        residual=randn(rows, hidden, dtype=dtype, seed=42) if has_residual else None,
+        norm_weight=1 + 0.1 * randn(hidden, dtype=dtype, seed=43) if has_norm else None,
+        eps=EPS, weight=randn(2 * intermediate, hidden, dtype=dtype, seed=44,
+                              scale=hidden**-0.5),
+    )
+
+
+def gate_up_oracle(case):
+    total, normed = stream_and_input(case["x"], case["residual"], case["norm_weight"])
+    return reference.silu_mul(exact_linear(normed, case["weight"])), total
+
+
+def linear_case(rows, dtype, has_bias, has_add, out_features=37):
+    features = SPLIT_K_FEATURES
+    return dict(
+        x=randn(rows, features, dtype=dtype, seed=51),
+        weight=randn(out_features, features, dtype=dtype, seed=52, scale=features**-0.5),
+        bias=randn(out_features, dtype=dtype, seed=53) if has_bias else None,
+        add=randn(rows, out_features, dtype=dtype, seed=54) if has_add else None,
+    )
+
+
+def linear_oracle(case):
+    y = exact_linear(case["x"], case["weight"], case["bias"])
+    return y if case["add"] is None else case["add"] + y
+
+
+PROJECTIONS = {  # name -> (case builder, fused call, oracle)
+    "qkv_rotary": (qkv_case, fused.qkv_rotary, qkv_oracle),
+    "gate_up_silu": (gate_up_case, fused.gate_up_silu, gate_up_oracle),
+    "linear": (linear_case, fused.linear, linear_oracle),
+}
+
+
+ROW_INPUTS = ("x", "residual", "add", "cos", "sin")
+
+
+def as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 4])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("projection,rows,flags", [
+    ("qkv_rotary", 1, (True, True, False)),  # residual, norm, bias
+    ("qkv_rotary", 3, (False, True, True)),
+    ("qkv_rotary", 16, (True, False, False)),
+    ("qkv_rotary", 32, (False, False, True)),
+    ("gate_up_silu", 1, (True, True)),  # residual, norm
+    ("gate_up_silu", 3, (False, True)),
+    ("gate_up_silu", 16, (True, False)),
+    ("gate_up_silu", 32, (False, False)),
+    ("linear", 1, (False, False)),  # bias, add
+    ("linear", 3, (True, False)),
+    ("linear", 16, (False, True)),
+    ("linear", 32, (True, True)),
+])
+def test_split_k_equals_float64_oracle(projection, rows, flags, dtype, splits):
+    """Each epilogue, split over K, equals norm + float64 matmul + epilogue; the stream
+    (x + residual, written once by the tile-0 programs) equals the sum."""
+    build, call, oracle = PROJECTIONS[projection]
+    case = build(rows, dtype, *flags)
+
+    actual = as_tuple(call(**case, config=split_config(splits)))
+
+    for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
+        assert_close(got, expected.reshape(got.shape))
+
+
+@pytest.mark.parametrize("splits", [1, 3, 4])
+@pytest.mark.parametrize("projection,flags", [
+    ("qkv_rotary", (True, True, True)), ("gate_up_silu", (True, True)),
+    ("linear", (True, True)),
+])
+def test_split_k_row_alone_equals_row_in_a_batch(projection, flags, splits):
+    """Split boundaries and the partials' order do not depend on the rows: a token's
+    outputs are bit for bit the same alone as in a batch of 16."""
+    build, call, _ = PROJECTIONS[projection]
+    batch = build(16, torch.bfloat16, *flags)
+    alone = {  # the first row of each per-row input
+        name: value[:1] if name in ROW_INPUTS and value is not None else value
+        for name, value in batch.items()
+    }
+    config = split_config(splits)
+
+    batched = as_tuple(call(**batch, config=config))
+    single = as_tuple(call(**alone, config=config))
+
+    for one, many in zip(single, batched, strict=True):
+        assert torch.equal(one[0], many[0])
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_split_k_launches_leave_the_counters_at_zero(splits):
+    """The last program of a tile resets its arrival counter: launch after launch (of
+    other grids in between) gives the same outputs, and the counters end at 0."""
+    case = gate_up_case(3, torch.float32, True, True)
+    other = linear_case(5, torch.float32, True, False, out_features=150)
+    config = split_config(splits)
+
+    first = fused.gate_up_silu(**case, config=config)
+    fused.linear(**other, config=config)
+    second = fused.gate_up_silu(**case, config=config)
+    third = fused.gate_up_silu(**case, config=config)
+
+    for outputs in (second, third):
+        for a, b in zip(first, outputs, strict=True):
+            assert torch.equal(a, b)
+    assert_close(first[0], gate_up_oracle(case)[0])
+    assert not fused._ARRIVALS[DEVICE].any()
+
+
+def test_launch_config_is_validated():
+    with pytest.raises(ValueError, match="splits"):
+        fused.LaunchConfig(splits=0)
+    with pytest.raises(ValueError, match="block_k"):
+        fused.LaunchConfig(block_k=8)

@@ -11,14 +11,25 @@ layer takes four launches besides its attention:
     residual add + RMSNorm + gate/up projection + silu(gate) * up
     down projection [+ an added tensor]
 
-One Triton kernel does all four. Program ``j`` computes one ``[BLOCK_M, BLOCK_N]`` tile of
-``x @ W.T`` over the whole reduction (two tiles where the epilogue pairs columns: gate with
-up, a rotary half with its partner), with the prologue — residual add, then the rows'
-inverse RMS — recomputed by every program: the rows are a few hundred values each. No
-split over the reduction: results are deterministic, and a row's sum order does not
-depend on the other rows, so a token gives the same projection alone or in a verify batch
-of up to 16 rows (larger batches, and float32, take narrower reduction tiles: another
-summation order, see ``default_config``).
+One Triton kernel (``fused_linear_kernel``) does all four. Program ``j`` computes one
+``[BLOCK_M, BLOCK_N]`` tile of ``x @ W.T`` (two tiles where the epilogue pairs columns: gate
+with up, a rotary half with its partner), with the prologue — residual add, then the rows'
+inverse RMS over the whole row — recomputed by every program: the rows are a few hundred
+values each.
+
+With ``LaunchConfig.splits`` 1 a program reduces over the whole of ``K``. With more, the
+reduction is split (split-K): the grid is tiles x splits, program ``(j, s)`` reduces over
+the ``s``-th run of ``BLOCK_K`` blocks and stores its float32 partial tiles in a workspace,
+then bumps tile ``j``'s arrival counter (acquire-release). The last program to arrive adds
+the partials in the fixed order split 0, 1, ..., applies the epilogue, stores the output
+and sets the counter back to 0 for the next launch (and graph replay). The counters are a
+persistent zeroed buffer per device, so launches on one device must be stream-ordered, as
+they are in a model's forward. Either way results are deterministic, and a row's
+summation order does not depend on the other rows: the split boundaries depend on ``K``,
+``block_k`` and ``splits`` only. A token therefore gives the same projection bit for bit
+alone or in a verify batch of up to 16 rows, for any ``splits``, as long as the batch
+sizes share a launch config (they do under ``default_config``); 17 to 32 rows take
+32-row tiles and, by default, narrower reduction tiles: another summation order.
 
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
@@ -35,10 +46,10 @@ import os
 
 import torch
 import triton
-import triton.language as tl
 
 from eagle_hal.hal.model_kernels import FusedLinearKernels
 from eagle_hal.ops.reference_checks import next_power_of_2
+from eagle_hal.ops.triton.fused_linear_kernel import fused_linear_kernel
 
 __all__ = [
     "FUSED_LINEAR_KERNELS",
@@ -56,12 +67,22 @@ _PLAIN, _SILU_MUL, _ROTARY = 0, 1, 2
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LaunchConfig:
-    """Tile sizes and launch parameters (``block_n`` >= 16: ``tl.dot``'s minimum)."""
+    """Tile sizes and launch parameters (``block_n`` >= 16: ``tl.dot``'s minimum).
+    ``splits``: how many programs share a tile's reduction (1: one program per tile walks
+    the whole of ``K``). It is an upper bound: a projection with fewer ``block_k`` blocks
+    takes fewer splits, and blocks are dealt so that no split is empty."""
 
     block_n: int = 16
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 3
+    splits: int = 1
+
+    def __post_init__(self) -> None:
+        if self.block_n < 16 or self.block_k < 16:
+            raise ValueError(f"block_n and block_k must be >= 16, got {self}")
+        if self.num_warps < 1 or self.num_stages < 1 or self.splits < 1:
+            raise ValueError(f"num_warps, num_stages and splits must be >= 1, got {self}")
 
 
 def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
@@ -69,158 +90,12 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     reduction tiles: on an H200, SmolLM2-135M's layer (attention excluded) then takes
     21.5-22.9 us against 28.2-29.3 with 128-wide tiles and 23.7-24.0 unfused
     (``benchmarks/bench_fused_linear.py``, docs/benchmarks/README.md); float32 and 32 rows
-    take 64-wide tiles (register pressure)."""
+    take 64-wide tiles (register pressure). No split-K by default until an H200 sweep
+    (``bench_fused_linear.py``'s fifth config field) has measured it: set ``splits`` below.
+    Rows 1 to 16 must keep one config, or a row alone and in a batch sum differently."""
     if dtype == torch.float32 or rows > 16:
         return LaunchConfig(block_k=64)
-    return LaunchConfig(block_k=256)
-
-
-@triton.jit
-def _input_tile(x_ptr, res_ptr, x_stride, res_stride, rows, cols, mask,
-                HAS_RESIDUAL: tl.constexpr):
-    """``[BLOCK_M, BLOCK_K]`` of the input rows: ``x``, or ``x + residual`` rounded to
-    ``x``'s dtype."""
-    x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0)
-    if HAS_RESIDUAL:
-        res = tl.load(res_ptr + rows[:, None] * res_stride + cols[None, :], mask=mask,
-                      other=0.0)
-        x = (x.to(tl.float32) + res.to(tl.float32)).to(x.dtype)
-    return x
-
-
-@triton.jit
-def _dot(x, w, acc, DOT_FP32: tl.constexpr):
-    """``acc + x @ w.T`` for ``x`` ``[M, K]``, ``w`` ``[N, K]``."""
-    if DOT_FP32:
-        acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc,
-                     input_precision="ieee")
-    else:
-        acc = tl.dot(x, tl.trans(w), acc)
-    return acc
-
-
-@triton.jit(do_not_specialize=["M"])  # one compiled kernel for every row count
-def _fused_linear_kernel(
-    x_ptr,  # [M, K], row stride x_stride
-    res_ptr,  # [M, K], row stride res_stride (read if HAS_RESIDUAL)
-    sum_ptr,  # out [M, K] contiguous: x + residual (written by program 0 if HAS_RESIDUAL)
-    norm_ptr,  # [K] RMSNorm weight (read if HAS_NORM)
-    w_ptr,  # [N_w, K], row stride w_stride
-    bias_ptr,  # [N_w] (read if HAS_BIAS)
-    add_ptr,  # [M, N], row stride add_stride (read if HAS_ADD; PLAIN only)
-    cos_ptr,  # [M, 2 * half], row stride cs_stride (ROTARY only)
-    sin_ptr,  # [M, 2 * half], row stride cs_stride (ROTARY only)
-    out_ptr,  # out [M, N], row stride out_stride
-    x_stride,
-    res_stride,
-    w_stride,
-    add_stride,
-    cs_stride,
-    out_stride,
-    M,
-    N,  # output columns (SILU_MUL: the intermediate size; its up rows start at N)
-    K,
-    eps,
-    half,  # ROTARY: half the head dimension
-    rotary_cols,  # ROTARY: output columns [0, rotary_cols) are rotated (q and k heads)
-    HAS_RESIDUAL: tl.constexpr,
-    HAS_NORM: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_ADD: tl.constexpr,
-    EPILOGUE: tl.constexpr,
-    DOT_FP32: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    rows = tl.arange(0, BLOCK_M)
-    row_mask = rows < M
-    offsets = tl.arange(0, BLOCK_N)
-    if EPILOGUE == 2:  # ROTARY: program = (head, part of its first half)
-        parts = tl.cdiv(half, BLOCK_N)
-        head = pid // parts
-        within = (pid % parts) * BLOCK_N + offsets  # dimensions within the first half
-        col_mask = within < half
-        cols_a = head * 2 * half + within
-        cols_b = cols_a + half  # the partner dimensions in the second half
-    else:
-        cols_a = pid * BLOCK_N + offsets
-        col_mask = cols_a < N
-        cols_b = cols_a + N  # SILU_MUL: the up projection's rows
-
-    if HAS_NORM:
-        squares = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for start in range(0, K, BLOCK_K):
-            ks = start + tl.arange(0, BLOCK_K)
-            mask = row_mask[:, None] & (ks < K)[None, :]
-            x32 = _input_tile(x_ptr, res_ptr, x_stride, res_stride, rows, ks, mask,
-                              HAS_RESIDUAL).to(tl.float32)
-            squares += tl.sum(x32 * x32, axis=1)
-        inv_rms = tl.rsqrt(squares / K + eps)
-
-    acc_a = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_b = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        ks = start + tl.arange(0, BLOCK_K)
-        k_mask = ks < K
-        mask = row_mask[:, None] & k_mask[None, :]
-        x = _input_tile(x_ptr, res_ptr, x_stride, res_stride, rows, ks, mask, HAS_RESIDUAL)
-        if HAS_RESIDUAL:
-            first = (rows[:, None] * 0 + pid) == 0  # program 0 writes the stream
-            tl.store(sum_ptr + rows[:, None] * K + ks[None, :], x, mask=mask & first)
-        if HAS_NORM:
-            normed = (x.to(tl.float32) * inv_rms[:, None]).to(x.dtype)
-            gain = tl.load(norm_ptr + ks, mask=k_mask, other=0.0).to(tl.float32)
-            x = (gain[None, :] * normed.to(tl.float32)).to(x.dtype)
-        w_mask = col_mask[:, None] & k_mask[None, :]
-        w_a = tl.load(w_ptr + cols_a[:, None] * w_stride + ks[None, :], mask=w_mask, other=0.0)
-        acc_a = _dot(x, w_a, acc_a, DOT_FP32)
-        if EPILOGUE != 0:
-            w_b = tl.load(w_ptr + cols_b[:, None] * w_stride + ks[None, :], mask=w_mask,
-                          other=0.0)
-            acc_b = _dot(x, w_b, acc_b, DOT_FP32)
-
-    dtype = out_ptr.dtype.element_ty
-    if HAS_BIAS:
-        acc_a += tl.load(bias_ptr + cols_a, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-        if EPILOGUE != 0:
-            acc_b += tl.load(bias_ptr + cols_b, mask=col_mask, other=0.0).to(tl.float32)[None, :]
-    out_mask = row_mask[:, None] & col_mask[None, :]
-    out_a = out_ptr + rows[:, None] * out_stride + cols_a[None, :]
-    if EPILOGUE == 0:
-        y = acc_a.to(dtype)
-        if HAS_ADD:
-            add = tl.load(add_ptr + rows[:, None] * add_stride + cols_a[None, :], mask=out_mask,
-                          other=0.0)
-            y = (add.to(tl.float32) + y.to(tl.float32)).to(dtype)
-        tl.store(out_a, y, mask=out_mask)
-    elif EPILOGUE == 1:
-        gate = acc_a.to(dtype).to(tl.float32)
-        up = acc_b.to(dtype).to(tl.float32)
-        activated = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32)
-        tl.store(out_a, (activated * up).to(dtype), mask=out_mask)
-    else:
-        first = acc_a.to(dtype).to(tl.float32)
-        second = acc_b.to(dtype).to(tl.float32)
-        cs = rows[:, None] * cs_stride + within[None, :]
-        cos_first = tl.load(cos_ptr + cs, mask=out_mask, other=0.0).to(tl.float32)
-        cos_second = tl.load(cos_ptr + cs + half, mask=out_mask, other=0.0).to(tl.float32)
-        sin_first = tl.load(sin_ptr + cs, mask=out_mask, other=0.0).to(tl.float32)
-        sin_second = tl.load(sin_ptr + cs + half, mask=out_mask, other=0.0).to(tl.float32)
-        # x * cos + rotate_half(x) * sin, rotate_half(x) = [-second, first]; each op rounds
-        rotated_first = (first * cos_first).to(dtype).to(tl.float32) + (
-            -second * sin_first
-        ).to(dtype).to(tl.float32)
-        rotated_second = (second * cos_second).to(dtype).to(tl.float32) + (
-            first * sin_second
-        ).to(dtype).to(tl.float32)
-        rotate = head * 2 * half < rotary_cols
-        first = tl.where(rotate, rotated_first, first)
-        second = tl.where(rotate, rotated_second, second)
-        tl.store(out_a, first.to(dtype), mask=out_mask)
-        tl.store(out_ptr + rows[:, None] * out_stride + cols_b[None, :], second.to(dtype),
-                 mask=out_mask)
+    return LaunchConfig(block_k=256, splits=1)
 
 
 def _dot_in_float32(dtype: torch.dtype) -> bool:
@@ -238,11 +113,35 @@ def _check_rows(x: torch.Tensor) -> None:
         raise ValueError(f"{x.shape[0]} rows: the fused projections take at most {MAX_TOKENS}")
 
 
+# Arrival counters per device, all 0 between launches. Sized for the largest grid seen;
+# the first launch of a shape (a warm-up, before any graph capture) grows them.
+_ARRIVALS: dict[torch.device, torch.Tensor] = {}
+_MIN_ARRIVALS = 4096
+
+
+def _arrivals(device: torch.device, tiles: int) -> torch.Tensor:
+    """At least ``tiles`` int32 counters on ``device``, all 0."""
+    counters = _ARRIVALS.get(device)
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, _MIN_ARRIVALS), dtype=torch.int32, device=device)
+        _ARRIVALS[device] = counters
+    return counters
+
+
+def _split(k: int, config: LaunchConfig) -> tuple[int, int]:
+    """(splits, blocks per split) for a reduction over ``k``: at most ``config.splits``
+    splits of whole ``block_k`` blocks, none empty. Depends on ``k`` and the config only,
+    never on the rows, so a row's summation order is the same in any batch."""
+    blocks = triton.cdiv(k, config.block_k)
+    per_split = triton.cdiv(blocks, min(config.splits, blocks))
+    return triton.cdiv(blocks, per_split), per_split
+
+
 def _launch(
     x: torch.Tensor,
     weight: torch.Tensor,
     out: torch.Tensor,
-    grid: int,
+    tiles: int,
     n: int,
     epilogue: int,
     *,
@@ -264,20 +163,28 @@ def _launch(
     if rows == 0:
         return
     config = config or default_config(x.dtype, rows)
+    splits, per_split = _split(k, config)
+    if splits > 1:
+        # [splits, tiles, a/b columns, rows, block_n]: each program's float32 partial sums
+        partials = torch.empty((splits, tiles, 2, rows, config.block_n), dtype=torch.float32,
+                               device=x.device)
+        arrivals = _arrivals(x.device, tiles)
+    else:
+        partials = arrivals = out  # not read
     cs = cos if cos is not None else x
-    _fused_linear_kernel[(grid,)](
+    fused_linear_kernel[(tiles, splits)](
         x, residual if residual is not None else x, total if total is not None else x,
         norm_weight if norm_weight is not None else x, weight,
         bias if bias is not None else weight, add if add is not None else x,
-        cs, sin if sin is not None else cs, out,
+        cs, sin if sin is not None else cs, out, partials, arrivals,
         x.stride(0), residual.stride(0) if residual is not None else 0, weight.stride(0),
         add.stride(0) if add is not None else 0, cs.stride(0), out.stride(0),
-        rows, n, k, eps, half, rotary_cols,
+        rows, n, k, eps, half, rotary_cols, per_split,
         HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
         HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
-        DOT_FP32=_dot_in_float32(x.dtype), BLOCK_M=max(16, next_power_of_2(rows)),
-        BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
-        num_stages=config.num_stages,
+        DOT_FP32=_dot_in_float32(x.dtype), SPLIT_K=splits > 1,
+        BLOCK_M=max(16, next_power_of_2(rows)), BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k, num_warps=config.num_warps, num_stages=config.num_stages,
     )
 
 
