@@ -62,6 +62,25 @@ def test_plain_decoding_with_graphs_equals_eager(cuda_backend, pair, batch):
     assert got == expected and llm.runner.graphs.replays > 0
 
 
+@pytest.mark.parametrize("max_batch_size", [1, 2, 16])
+def test_overlapped_plain_decoding_equals_step_by_step(cuda_backend, pair, max_batch_size):
+    """One iteration in flight (spec/overlap.py, on by default on CUDA) gives the tokens of
+    decoding that reads each iteration back before the next, as requests join and finish."""
+    target = pair[0]
+    params = [SamplingParams(max_new_tokens=n) for n in (24, 7, 31, 3, 18)]
+    outputs = []
+    for overlap in (False, True):
+        llm = LLM.from_models(cuda_backend, target, None, spec=SpecConfig(num_steps=0), seed=0,
+                              max_batch_size=max_batch_size)
+        assert llm.worker.overlap  # the default on a GPU
+        llm.worker.overlap = overlap
+        assert llm.runner.enable_graphs()
+        outputs.append([o.token_ids for o in llm.generate(PROMPTS, params)])
+        assert llm.used_pages == 0
+    assert outputs[1] == outputs[0]
+    assert [len(t) for t in outputs[1]] == [24, 7, 31, 3, 18]
+
+
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 3, 4), (4, 3, 16), (2, 4, 8)])
 @pytest.mark.parametrize("batch", [1, 5])
 @pytest.mark.parametrize("chain_graph", ["0", "1"])

@@ -338,3 +338,18 @@ def test_launch_config_is_validated():
         fused.LaunchConfig(splits=0)
     with pytest.raises(ValueError, match="block_k"):
         fused.LaunchConfig(block_k=8)
+
+
+def test_a_forced_launch_config_is_parsed_or_refused(monkeypatch):
+    """EAGLE_HAL_FUSED_LINEAR_CONFIG picks the 16-bit launch; a malformed one says how."""
+    from eagle_hal.ops.triton.fused_linear import LaunchConfig, default_config
+
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "16x128x4x3x3")
+    assert default_config(torch.bfloat16, 1) == LaunchConfig(16, 128, 4, 3, 3)
+    assert default_config(torch.float32, 1) == LaunchConfig(block_k=64)  # not forced
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "16x128")
+    assert default_config(torch.float16, 4) == LaunchConfig(16, 128)
+    for bad in ("16x128x0x3", "sixteen", "1x2x3x4x5x6"):
+        monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", bad)
+        with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_CONFIG"):
+            default_config(torch.bfloat16, 1)

@@ -42,6 +42,7 @@ float32 for the dot, as the interpreter multiplies bfloat16 as raw integers).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -95,7 +96,23 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     Rows 1 to 16 must keep one config, or a row alone and in a batch sum differently."""
     if dtype == torch.float32 or rows > 16:
         return LaunchConfig(block_k=64)
-    return LaunchConfig(block_k=256, splits=1)
+    forced = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_CONFIG", ""))
+    return forced or LaunchConfig(block_k=256, splits=1)
+
+
+@functools.lru_cache(maxsize=4)
+def _forced_config(text: str) -> LaunchConfig | None:
+    """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]``: the launch
+    for 16-bit rows up to 16, to measure a configuration end to end (benchmarks)."""
+    if not text:
+        return None
+    try:
+        return LaunchConfig(*(int(v) for v in text.split("x")))
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"EAGLE_HAL_FUSED_LINEAR_CONFIG={text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES"
+            f"[xSPLITS], e.g. 16x128x4x3x3 ({error})"
+        ) from None
 
 
 def _dot_in_float32(dtype: torch.dtype) -> bool:
