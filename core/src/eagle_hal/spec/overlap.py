@@ -22,8 +22,11 @@ What this changes and what it does not:
   output count no longer match the launch's) and its in-flight token dropped: the next
   iteration recomputes it from the host's tokens.
 
-The in-flight state lives in the worker (``EagleWorker``) and is used only for plain
-decoding (no draft); see ``EagleWorker.decode``.
+The in-flight state lives in the worker (``EagleWorker``). It serves plain decoding and
+the adaptive mode's iterations at S = 0, where the draft is idle: an iteration's tokens and
+features then go to the catch-up log (``spec.catchup``) when it is read back, so an
+iteration dropped in flight (the controller turning speculation back on discards it) was
+never logged, and its position is recomputed. See ``EagleWorker.decode``.
 """
 
 from __future__ import annotations
@@ -56,6 +59,10 @@ class InFlight:
     tokens: torch.Tensor  # [B] int64 on the device: each request's sampled token
     host: torch.Tensor  # [B] int64 host copy, filled when ``ready`` has passed
     ready: torch.Event | None  # None on the CPU (the copy is synchronous)
+    # with a draft idle at S = 0: each request's cached length before the iteration and
+    # the target's projected features [B, H], for the catch-up log once read back
+    draft_lens: list[int] | None = None
+    features: torch.Tensor | None = None
 
     def source_of(self, requests: Sequence[Request]) -> list[int]:
         """For each request, its row in this iteration, or -1 when it has no valid token
@@ -151,10 +158,37 @@ def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[
         request.cached_len = seq_len + 1
     # by the time this iteration is read back, the engine holds the previous one's tokens
     expected = [(r.cached_len, len(r.output_ids) + (s >= 0)) for r, s in zip(requests, sources)]
-    worker._in_flight = InFlight(list(requests), expected, tokens, host, ready)
+    features = runner.draft.project_target_features(out) if worker.has_draft else None
+    worker._in_flight = InFlight(
+        list(requests), expected, tokens, host, ready, seq_lens, features
+    )
     worker.iterations_at_depth[0] += 1
     # the previous iteration has run meanwhile (it was queued before this one)
     if previous is None or max(sources, default=-1) < 0:
         return [[] for _ in requests]
     values = previous.read()
+    if previous.features is not None:
+        _record_for_catch_up(worker, previous, requests, sources, values)
     return [[values[s]] if s >= 0 else [] for s in sources]
+
+
+def _record_for_catch_up(
+    worker: EagleWorker,
+    previous: InFlight,
+    requests: Sequence[Request],
+    sources: list[int],
+    values: list[int],
+) -> None:
+    """Log the read-back iteration's tokens and features for the draft (``spec.catchup``),
+    as an iteration at S = 0 without overlap logs its own."""
+    assert previous.features is not None and previous.draft_lens is not None
+    taken = [(r.request_id, s) for r, s in zip(requests, sources) if s >= 0]
+    rows = [s for _, s in taken]
+    features = previous.features
+    if rows != list(range(features.shape[0])):
+        index = torch.tensor(rows, dtype=torch.int64).to(features.device, non_blocking=True)
+        features = features.index_select(0, index)  # [B', H]
+    worker._pending.add(
+        [rid for rid, _ in taken], [previous.draft_lens[s] for s in rows],
+        [values[s] for s in rows], features,
+    )

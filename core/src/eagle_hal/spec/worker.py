@@ -21,8 +21,9 @@ them. Per decode iteration for B requests, S draft steps, top-k K, N verify node
 costs what plain decoding costs: the emitted tokens and their features wait in
 ``spec.catchup`` until the next iteration with S > 0 starts with one ragged draft extend
 over them. With no draft model, or a fixed ``num_steps == 0``, the worker is plain
-decoding, the baseline; on a device that runs asynchronously to the host it keeps one
-iteration in flight (``spec.overlap``), returning each iteration's tokens one call late.
+decoding, the baseline. At S = 0, on a device that runs asynchronously to the host, the
+worker keeps one iteration in flight (``spec.overlap``), returning each iteration's tokens
+one call late.
 
 Positions: the root sits at position ``seq_len`` (its KV is written by the verify); a draft
 node at depth d has target position ``seq_len + d``. The draft reads token ``p + 1`` with the
@@ -194,13 +195,16 @@ class EagleWorker:
 
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
-        if self.overlap and not self.has_draft and not self.timed:
-            return decode_overlapped(self, requests)
-        discard_in_flight(self)
-        runner, ops = self.runner, self.ops
         start = time.perf_counter()
         batch_size = len(requests)
         steps = self.steps_for(batch_size)
+        if self.overlap and steps == 0 and not self.timed:
+            emitted = decode_overlapped(self, requests)
+            if self.controller is not None:
+                self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - start)
+            return emitted
+        discard_in_flight(self)
+        runner, ops = self.runner, self.ops
         self.iterations_at_depth[steps] += 1
         spec = self._spec_at(steps)
         num_nodes = spec.draft_tokens if steps > 0 else 1
