@@ -5,7 +5,7 @@
 source tools/h200/env.sh
 bash tools/h200/stage_b.sh || exit 1
 O=/root/out/j2; mkdir -p $O
-echo "== fused sweep"; timeout 300 python3 benchmarks/bench_fused_linear.py --dtype bfloat16 --rows 1,6,16 2>&1 | grep -v "^  .*splits taken" | tee $O/fused_sweep.txt | tail -40
+echo "== fused sweep"; timeout 300 python3 benchmarks/bench_fused_linear.py --dtype bfloat16 --rows 1,16 2>&1 | grep -v "^  .*splits taken" | tee $O/fused_sweep.txt | tail -40
 H0=core/src/eagle_hal/data/eagle1-smollm2-135m-instruct
 b() { timeout ${T:-90} python3 -m eagle_hal bench --device cuda:0 --backend cuda --model $GGUF --dataset $MTBENCH \
   --max-new-tokens 256 --dtype bfloat16 "$@" 2>&1 | grep -E "^bench: mode|tokens/s|rror" | tail -12; }
