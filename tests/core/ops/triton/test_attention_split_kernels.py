@@ -263,13 +263,16 @@ def test_half_precision_decode(dtype):
 
 def test_num_splits_follow_static_shapes():
     """Few tokens get many splits (capped, and never more than the table has blocks); many
-    tokens get one."""
+    tokens get one; always a power of two, so every token count compiles one of six."""
     choose, block = kernels.choose_num_splits, kernels.BLOCK_KEYS
     assert choose(1, 3, 4096) == 32
     assert choose(1, 3, 4 * block) == 4
-    assert choose(64, 3, 4096) == 3
+    assert choose(1, 3, 5 * block) == 4
+    assert choose(64, 3, 4096) == 2  # 512 / 192 programs, rounded down
     assert choose(1024, 3, 4096) == 1
     assert choose(0, 3, 4096) >= 1
+    counts = {choose(tokens, 3, 4096) for tokens in range(1, 2049)}
+    assert counts == {1, 2, 4, 8, 16, 32}
 
 
 def test_rejects_mismatched_kv():

@@ -77,11 +77,15 @@ def choose_num_splits(
 ) -> int:
     """Splits per (token, KV head) from static shapes only: enough programs to fill a large
     GPU when tokens are few (decode at small batch), one split when they already do (then
-    no merge runs). Never more splits than ``block_keys`` blocks in ``max_context``."""
+    no merge runs). Never more splits than ``block_keys`` blocks in ``max_context``. A
+    power of two: the count is a compile-time constant of the kernel, and eager forwards
+    of arbitrary lengths (prefills, catch-ups) must not compile a variant each (a compile
+    takes about a second, inside whatever runs then)."""
     programs = max(1, num_tokens * num_kv_heads)
     wanted = -(-_TARGET_PROGRAMS // programs)
     blocks = max(1, -(-max_context // block_keys))
-    return max(1, min(_MAX_SPLITS, wanted, blocks))
+    splits = max(1, min(_MAX_SPLITS, wanted, blocks))
+    return 1 << (splits.bit_length() - 1)  # rounded down to a power of two
 
 
 @triton.jit
