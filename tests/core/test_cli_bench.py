@@ -61,7 +61,8 @@ def test_benchmark_rows_and_results(tmp_path):
         assert row["output_tokens"] == 8 * len(prompts)
         assert row["same_as_plain"] and row["speedup"] > 0
         phases = row["iteration_ms"]
-        total = phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
+        total = (phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
+                 + phases["catch_up"])
         assert phases["total"] == pytest.approx(total)
     plain = [r for r in rows if r["mode"] == "plain"]
     assert all(r["accept_length"] == 1.0 and r["speedup"] == 1.0 for r in plain)

@@ -7,9 +7,9 @@ captures its graphs at start-up; adaptive: until the controller has settled at e
 those sizes, so that the timed run holds no warm-up iteration), then decodes the
 prompts ``--repeats`` times (default 3) for throughput (output tokens/s of the median run,
 every run's kept; accept length), then once more with per-phase synchronisation for the
-split of an iteration into draft / verify / accept / draft-extend. Each row also says how
-many graphs were captured while timed (one-off costs the warm-up missed) and how many
-iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
+split of an iteration into draft / verify / accept / draft-extend / catch-up. Each row also
+says how many graphs were captured, catch-ups run and Triton kernels compiled while timed
+(one-off costs the warm-up missed) and how many iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
 same batch size in the same run. With ``--hf-baseline`` the same weights also run through
 Hugging Face transformers ``generate`` (batch size 1). ``results.json`` and, when
 matplotlib is importable, PNG plots go to ``--out``. Prompts (``bench_prompts``):
