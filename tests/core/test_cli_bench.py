@@ -61,7 +61,8 @@ def test_benchmark_rows_and_results(tmp_path):
         assert row["output_tokens"] == 8 * len(prompts)
         assert row["same_as_plain"] and row["speedup"] > 0
         phases = row["iteration_ms"]
-        total = phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
+        total = (phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
+                 + phases["catch_up"])
         assert phases["total"] == pytest.approx(total)
     plain = [r for r in rows if r["mode"] == "plain"]
     assert all(r["accept_length"] == 1.0 and r["speedup"] == 1.0 for r in plain)
@@ -242,3 +243,58 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
 def test_bench_config_rejects_no_timed_run():
     with pytest.raises(ValueError, match="repeats"):
         bench.BenchConfig(repeats=0)
+
+
+def test_timed_catch_ups_are_reported():
+    """An adaptive row reports the draft's catch-ups over the timed runs and the tokens
+    they covered (oracle: a wrapper on ``worker.catch_up`` counting the calls that caught
+    up during the timed runs, and the lags it saw), and ``catch_up`` in the split. A
+    scripted, timing-free controller returns to S > 0 every fourth iteration."""
+    import itertools
+
+    from eagle_hal.api import LLM
+    from eagle_hal.engine.request import SamplingParams
+
+    class Scripted:
+        bucket_sizes = (1, 2)
+
+        def __init__(self) -> None:
+            self._depths = itertools.cycle((0, 0, 0, 3))
+
+        def choose(self, batch_size):
+            return next(self._depths)
+
+        def observe(self, *args, **kwargs):
+            pass
+
+        def is_settled(self, batch_size):
+            return True
+
+    target = near_bigram_target(seed=5)
+    config = bench.BenchConfig(batch_sizes=(2,), max_new_tokens=12, steps=3, topk=2,
+                               draft_tokens=4, repeats=2)
+    llm = LLM.from_models(select_backend("cpu"), target, matching_eagle1(target, noise=0.02),
+                          spec=config.spec_for("adaptive"), max_batch_size=2, seed=0)
+    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21]]
+    worker, timed, seen = llm.worker, [], [0, 0]
+    worker.controller = Scripted()
+    catch_up, generate = worker.catch_up, llm.generate
+
+    def counting_catch_up(requests):
+        lags = sum(worker._pending.lag(r.request_id) for r in requests)
+        caught = catch_up(requests)
+        if timed[-1] and caught:
+            seen[0], seen[1] = seen[0] + 1, seen[1] + lags
+        return caught
+
+    def marking_generate(batch, params):
+        timed.append(batch is prompts and not worker.timed)  # not the split pass
+        return generate(batch, params)
+
+    worker.catch_up, llm.generate = counting_catch_up, marking_generate
+    row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=12), 2, split=True,
+                         repeats=2)
+    assert seen[0] > 0
+    assert (row["catch_ups_while_timed"], row["catch_up_tokens_while_timed"]) == tuple(seen)
+    assert row["iteration_ms"]["catch_up"] > 0
+    assert "kernel_compiles_while_timed" in row

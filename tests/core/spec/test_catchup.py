@@ -191,3 +191,23 @@ def test_the_feature_log_stays_bounded_while_requests_keep_arriving(monkeypatch)
     assert caught.input_ids == [t for r in lagging for t in expected[r][0]]
     assert torch.equal(caught.features, torch.cat([torch.stack(expected[r][1]) for r in lagging]))
     assert log.log_rows == 0
+
+
+def test_catch_ups_are_counted_with_the_tokens_idle_iterations_emitted(cpu_backend, models):
+    """``worker.catch_ups`` counts one catch-up per return to S > 0 after a stretch at S = 0,
+    over as many tokens as the stretch emitted (one request: one token per idle
+    iteration; oracle: the depths the scripted controller handed out)."""
+    llm = _scripted(cpu_backend, models, 2, 8, schedule=(0, 0, 0, 3, 0, 5, 0, 0, 1))
+    llm.generate([PROMPTS[2]], SamplingParams(max_new_tokens=40, ignore_eos=True))
+    observed = llm.worker.controller.observed
+    expected_catch_ups = expected_tokens = idle = 0
+    for steps in observed:
+        if steps == 0:
+            idle += 1
+            continue
+        expected_catch_ups += idle > 0
+        expected_tokens += idle
+        idle = 0
+    assert expected_catch_ups >= 5
+    assert (llm.worker.catch_ups.catch_ups, llm.worker.catch_ups.tokens) == (
+        expected_catch_ups, expected_tokens)

@@ -7,9 +7,9 @@ captures its graphs at start-up; adaptive: until the controller has settled at e
 those sizes, so that the timed run holds no warm-up iteration), then decodes the
 prompts ``--repeats`` times (default 3) for throughput (output tokens/s of the median run,
 every run's kept; accept length), then once more with per-phase synchronisation for the
-split of an iteration into draft / verify / accept / draft-extend. Each row also says how
-many graphs were captured while timed (one-off costs the warm-up missed) and how many
-iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
+split of an iteration into draft / verify / accept / draft-extend / catch-up. Each row also
+says how many graphs were captured, catch-ups run and Triton kernels compiled while timed
+(one-off costs the warm-up missed) and how many iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
 same batch size in the same run. With ``--hf-baseline`` the same weights also run through
 Hugging Face transformers ``generate`` (batch size 1). ``results.json`` and, when
 matplotlib is importable, PNG plots go to ``--out``. Prompts (``bench_prompts``):
@@ -174,14 +174,17 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
     depths = getattr(worker, "iterations_at_depth", None)
     if depths is not None:
         depths.clear()
+    catch_ups = getattr(worker, "catch_ups", None)
+    catch_ups_before = dataclasses.replace(catch_ups) if catch_ups is not None else None
     durations, runs, outputs = [], [], []  # each timed run's seconds and tokens/s
-    for _ in range(repeats):
-        backend.synchronize()
-        start = time.perf_counter()
-        outputs = llm.generate(prompts, params)
-        backend.synchronize()
-        durations.append(time.perf_counter() - start)
-        runs.append(sum(o.num_tokens for o in outputs) / max(durations[-1], 1e-9))
+    with _KernelCompiles() as compiles:
+        for _ in range(repeats):
+            backend.synchronize()
+            start = time.perf_counter()
+            outputs = llm.generate(prompts, params)
+            backend.synchronize()
+            durations.append(time.perf_counter() - start)
+            runs.append(sum(o.num_tokens for o in outputs) / max(durations[-1], 1e-9))
     tokens = sum(o.num_tokens for o in outputs)
     passes = sum(o.stats.verify_steps for o in outputs)
     accepted = sum(o.stats.accepted_tokens for o in outputs)
@@ -197,6 +200,13 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
         "captures_while_timed": (graphs.num_graphs if graphs is not None else 0)
         - captured_before,
         "iterations_at_depth": {str(s): n for s, n in sorted((depths or {}).items())},
+        # the draft's catch-ups after stretches at S = 0 (eager ragged draft extends) and
+        # the Triton kernels compiled (None: not countable here), both over the timed runs
+        "catch_ups_while_timed": catch_ups.catch_ups - catch_ups_before.catch_ups
+        if catch_ups is not None and catch_ups_before is not None else 0,
+        "catch_up_tokens_while_timed": catch_ups.tokens - catch_ups_before.tokens
+        if catch_ups is not None and catch_ups_before is not None else 0,
+        "kernel_compiles_while_timed": compiles.count,
         "token_ids": [list(o.token_ids) for o in outputs],
     }
     if split:
@@ -206,14 +216,49 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
         times = llm.worker.times
         count = max(times.iterations, 1)
         phases = {name: 1e3 * getattr(times, name) / count
-                  for name in ("draft", "verify", "accept", "draft_extend")}
+                  for name in ("draft", "verify", "accept", "draft_extend", "catch_up")}
         phases["total"] = sum(phases.values())
         row["iteration_ms"] = phases
         row["overhead_over_verify"] = (
-            (phases["draft"] + phases["accept"] + phases["draft_extend"]) / phases["verify"]
+            (phases["draft"] + phases["accept"] + phases["draft_extend"] + phases["catch_up"])
+            / phases["verify"]
             if phases["verify"] else None
         )
     return row
+
+
+class _KernelCompiles:
+    """Counts Triton kernel compilations inside a ``with`` block, through Triton's
+    post-compile hook (chained to any hook already set). ``count`` is ``None`` where the
+    hook does not exist (Triton before 3.4, or no Triton): a compile costs a GPU run
+    hundreds of milliseconds that ``captures_while_timed`` does not see."""
+
+    def __init__(self) -> None:
+        self.count: int | None = None
+        self._knobs: Any = None
+        self._previous: Any = None
+
+    def __enter__(self) -> _KernelCompiles:
+        try:
+            import triton
+
+            knobs = triton.knobs.runtime
+            self._previous = knobs.jit_post_compile_hook
+        except (ImportError, AttributeError):
+            return self
+        self._knobs, self.count = knobs, 0
+        previous = self._previous
+
+        def hook(*args: Any, **kwargs: Any) -> Any:
+            self.count = (self.count or 0) + 1
+            return previous(*args, **kwargs) if previous is not None else None
+
+        knobs.jit_post_compile_hook = hook
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._knobs is not None:
+            self._knobs.jit_post_compile_hook = self._previous
 
 
 def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[list[int]],

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["CatchUp", "PendingDraftInputs"]
+__all__ = ["CatchUp", "CatchUpTotals", "PendingDraftInputs"]
 
 # The feature log is compacted to its live rows when it holds at least this many rows and
 # at least twice its live ones: under continuous batching some request is always pending,
@@ -36,6 +36,19 @@ class CatchUp(NamedTuple):
     extend_lens: list[int]  # [B'] pending pairs per request
     input_ids: list[int]  # [T] pending tokens, request-major
     features: torch.Tensor  # [T, H] their features, same order
+
+
+@dataclasses.dataclass(slots=True)
+class CatchUpTotals:
+    """Catch-ups run and the pending tokens they extended the draft over (diagnostics:
+    each one is an eager ragged draft forward whose shape the warm-up may never have had)."""
+
+    catch_ups: int = 0
+    tokens: int = 0
+
+    def record(self, tokens: int) -> None:
+        self.catch_ups += 1
+        self.tokens += tokens
 
 
 @dataclasses.dataclass(slots=True)

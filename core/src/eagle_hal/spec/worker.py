@@ -47,7 +47,7 @@ from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import SamplingOps, TreeShape
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.adaptive import AdaptiveController
-from eagle_hal.spec.catchup import PendingDraftInputs
+from eagle_hal.spec.catchup import CatchUpTotals, PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
 from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight
@@ -63,6 +63,7 @@ class IterationTimes:
     verify: float = 0.0
     accept: float = 0.0
     draft_extend: float = 0.0
+    catch_up: float = 0.0  # the draft's catch-up after a stretch at S = 0 (not in draft_extend)
     iterations: int = 0
 
 
@@ -115,6 +116,7 @@ class EagleWorker:
         self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._pending = PendingDraftInputs()  # what the draft missed while S = 0
+        self.catch_ups = CatchUpTotals()  # catch-ups run and the tokens they extended over
         self._one_node: dict[object, tuple[torch.Tensor, ...]] = {}  # single_node_tree's
         # the settings per depth, built once per ``spec`` (which callers may swap): an
         # iteration at S = 0 should cost the host no more than plain decoding does
@@ -228,11 +230,12 @@ class EagleWorker:
         )
         rows_t, seq_t, roots, slots_t, branches_t, nodes_t, positions_t = uploaded
         slots = slots_t.view(batch_size, reserve)
+        t_prepared = self._tick(start)
         caught_up = steps > 0 and self.catch_up(requests)
         if caught_up and self.controller is not None:
             # the controller charges the catch-up to the probe, so time it apart
             runner.backend.synchronize()
-        t_catch_up = self._tick(start)
+        t_catch_up = self._tick(t_prepared)
 
         # 1-2. draft the tree and lay it out for verification
         if steps > 0:
@@ -322,7 +325,8 @@ class EagleWorker:
             self.times.draft += t_draft - t_catch_up
             self.times.verify += t_verify - t_draft
             self.times.accept += t_accept - t_verify
-            self.times.draft_extend += t_extend - t_accept + t_catch_up - start
+            self.times.draft_extend += t_extend - t_accept + t_prepared - start
+            self.times.catch_up += t_catch_up - t_prepared
             self.times.iterations += 1
         return emitted
 
@@ -344,6 +348,7 @@ class EagleWorker:
                     f"request {request.request_id}: the draft lags from {start} by {count} "
                     f"tokens but the target holds {request.cached_len}"
                 )
+        self.catch_ups.record(len(pending.input_ids))
         # eager: the lengths depend on the stretch at S = 0, a graph per length would not pay
         self._draft_extend(
             lagging, [self._row(r) for r in lagging], pending.input_ids, pending.features,
