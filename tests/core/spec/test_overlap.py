@@ -144,7 +144,7 @@ def test_the_next_iteration_is_launched_before_the_previous_is_read(backend, tar
     monkeypatch.setattr(overlap_module.InFlight, "read",
                         lambda self: (events.append("read"), read(self))[1])
     llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=6))
-    decode = [e for e in events[1:]]  # the first launch is the prefill's
+    decode = events[1:]  # the first launch is the prefill's
     # prefill emits token 1; tokens 2..6 come from 5 reads, each after a later launch
     assert decode == ["launch", "launch", "read"] + ["launch", "read"] * 4
 
@@ -196,3 +196,36 @@ def test_adaptive_idle_iterations_overlap_and_the_draft_catches_up(backend, cycl
     assert any(s == 0 for s, _ in controller.observed)  # overlapped iterations are timed too
     # the share of drafted tokens accepted, as high as the draft that catches up step by step
     assert shares[1] > shares[0] - 0.05
+
+
+@pytest.mark.parametrize("max_new_tokens", [14, 15, 16, 200])
+def test_a_request_that_fits_the_kv_cache_without_overlap_fits_with_it(backend, target,
+                                                                          max_new_tokens):
+    """At the cache's last page the iteration in flight is drained, not dropped with an error."""
+    llm, got, expected = both(backend, target, [[3, 1, 4, 1, 5]],
+                              SamplingParams(max_new_tokens=max_new_tokens),
+                              kv_cache_tokens=20, max_batch_size=2)
+    assert got == expected
+
+
+def test_adaptive_idle_iterations_with_an_eagle3_head(backend):
+    """EAGLE-3 reads the target's residual streams: the overlapped forward must return them."""
+    import torch
+
+    from eagle_hal.model.eagle import Eagle3DraftModel
+    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.testing.models import randomize, tiny_config
+
+    target = tiny_target(seed=1, layers=4)
+    head = Eagle3DraftModel(tiny_config(target.config.vocab_size, layers=1), target,
+                            draft_vocab_size=97, dtype=torch.float32)
+    randomize(head, 3)
+    spec = SpecConfig(num_steps=3, topk=2, num_draft_tokens=8, adaptive=True,
+                      adaptive_steps=(0, 1, 3))
+    _, expected = run(backend, target, PROMPTS[:2], SamplingParams(max_new_tokens=12),
+                      overlap=False)
+    llm = LLM.from_models(backend, target, head, None, spec, seed=0)
+    llm.worker.overlap = True
+    llm.worker.controller = ScriptedDepths((0, 0, 0, 3, 0, 1))
+    out = llm.generate(PROMPTS[:2], SamplingParams(max_new_tokens=12))
+    assert [(list(o.token_ids), o.finish_reason, o.text) for o in out] == expected

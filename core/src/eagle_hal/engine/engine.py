@@ -40,7 +40,9 @@ class Worker(Protocol):
         ...
 
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
-        """One decode iteration over running requests; returns each one's emitted tokens."""
+        """One decode iteration over running requests; returns each one's emitted tokens.
+        A worker that keeps an iteration in flight returns them one call late (``[]`` for
+        a request the call only launched) and offers ``drain()`` (see ``spec.overlap``)."""
         ...
 
     def release(self, request: Request) -> None:
@@ -101,7 +103,16 @@ class Engine:
     def step(self) -> StepResult:
         """Run one prefill batch or one decode iteration; return what changed."""
         result = StepResult()
-        work = self.scheduler.schedule(self.worker.headroom(len(self.scheduler.running) or 1))
+        headroom = self.worker.headroom(len(self.scheduler.running) or 1)
+        drained: list[Request] = []
+        drain = getattr(self.worker, "drain", None)
+        if drain is not None and self.scheduler.running and not self.scheduler.can_grow(headroom):
+            # an iteration in flight holds a position the host has not read: read it back
+            # before the scheduler preempts or rejects for want of KV pages
+            for request, token in drain():
+                self._absorb(request, [token], counts_as_verify=True)
+                drained.append(request)
+        work = self.scheduler.schedule(headroom)
         if isinstance(work, PrefillWork):
             emitted = self.worker.prefill(work.requests)
             now = time.perf_counter()
@@ -117,6 +128,7 @@ class Engine:
             touched = work.requests
         else:
             touched = ()
+        touched = [r for r in drained if all(r is not t for t in touched)] + list(touched)
         for request in self.scheduler.rejected:
             self.worker.release(request)
         touched = list(touched) + self.scheduler.rejected

@@ -115,7 +115,9 @@ class Request:
     stats: RequestStats = dataclasses.field(default_factory=RequestStats)
     # KV bookkeeping (owned by the engine while RUNNING)
     table_row: int | None = None
-    cached_len: int = 0  # tokens whose target KV is cached (the pending root is not)
+    # tokens whose target KV is cached (the pending root is not); with an iteration in
+    # flight (spec.overlap) one more: the root's KV, whose next token is not read yet
+    cached_len: int = 0
     text: str = ""  # decoded output text so far (stop strings are cut from it)
     # incremental detokenisation (``engine.stopping``): the decode window's first output
     # id, and how many output ids have their text in ``text``

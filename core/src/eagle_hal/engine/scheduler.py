@@ -139,7 +139,7 @@ class Scheduler:
         """Preempt the newest running requests until all of them together can grow by
         ``headroom`` (the pages of one decode iteration for the whole batch)."""
         while self.running:
-            if self._pages_to_grow(headroom) <= self.table.allocator.num_free_pages:
+            if self.can_grow(headroom):
                 return
             if len(self.running) == 1:
                 victim = self.running[0]
@@ -151,6 +151,10 @@ class Scheduler:
                 self.rejected.append(victim)
                 return
             self.preempt(self.running[-1])
+
+    def can_grow(self, headroom: int) -> bool:
+        """Whether every running request can grow by ``headroom`` without preempting."""
+        return self._pages_to_grow(headroom) <= self.table.allocator.num_free_pages
 
     def _pages_to_grow(self, headroom: int) -> int:
         total = 0

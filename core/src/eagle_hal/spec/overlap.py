@@ -11,16 +11,21 @@ call late, while the following iteration runs.
 
 What this changes and what it does not:
 
-* the tokens are those of ordinary plain decoding, in the same order (same inputs, same
-  kernels, same per-position sampling noise);
-* a request that finishes (EOS, stop string, length) has one iteration more in flight: its
-  token is dropped, its KV write lands in slots the scheduler already freed, ordered on the
-  device before any later use of them;
+* the tokens are those of ordinary plain decoding (same inputs, same per-position sampling
+  noise), except that a request which finishes (EOS, stop string, length) rides along in
+  one more iteration: its token is dropped and its KV write lands in slots the scheduler
+  already freed, ordered on the device before any later use of them. The other rows of
+  that iteration run in a batch one larger, so kernels whose summation order depends on
+  the batch shape (the attention's split count) may round them differently: bit-equal
+  in float32 in the tests, a possible flip of a near-tie in 16-bit;
 * a request that joins the batch gets no token from the call that first launches it (the
   engine then counts no verify pass for it);
-* a request preempted or re-prefilled while in flight is recognised (its cached length or
-  output count no longer match the launch's) and its in-flight token dropped: the next
-  iteration recomputes it from the host's tokens.
+* a request preempted or re-prefilled while in flight is recognised (its cached length no
+  longer matches the launch's) and its in-flight token dropped: the next iteration
+  recomputes it from the host's tokens;
+* the scheduler grows KV from the cached length, one position ahead of what the host has
+  read: where that would preempt or reject, the engine first drains the iteration in
+  flight (``drain``), so a request that fits without overlap fits with it.
 
 The in-flight state lives in the worker (``EagleWorker``). It serves plain decoding and
 the adaptive mode's iterations at S = 0, where the draft is idle: an iteration's tokens and
@@ -45,7 +50,7 @@ from eagle_hal.spec.drafting import single_node_tree
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.spec.worker import EagleWorker
 
-__all__ = ["InFlight", "decode_overlapped", "discard_in_flight"]
+__all__ = ["InFlight", "decode_overlapped", "discard_in_flight", "drain"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -64,23 +69,23 @@ class InFlight:
     draft_lens: list[int] | None = None
     features: torch.Tensor | None = None
 
-    def source_of(self, requests: Sequence[Request]) -> list[int]:
-        """For each request, its row in this iteration, or -1 when it has no valid token
-        here (not launched in it, finished, preempted or re-prefilled since)."""
+    def source_of(self, requests: Sequence[Request]) -> list[int | None]:
+        """For each request, its row in this iteration, or ``None`` when it has no valid
+        token here (not launched in it, finished, preempted or re-prefilled since)."""
         index = {id(r): b for b, r in enumerate(self.requests)}
-        sources = []
+        sources: list[int | None] = []
         for request in requests:
-            b = index.get(id(request), -1)
+            b = index.get(id(request))
             valid = (
-                b >= 0 and request.table_row is not None and not request.finished
+                b is not None and request.table_row is not None and not request.finished
                 and request.cached_len == self.expected[b][0]
             )
-            if valid and len(request.output_ids) != self.expected[b][1]:
+            if valid and len(request.output_ids) != self.expected[b][1]:  # type: ignore[index]
                 raise RuntimeError(
                     f"request {request.request_id}: {len(request.output_ids)} output tokens "
                     f"but the iteration in flight expects {self.expected[b][1]}"
                 )
-            sources.append(b if valid else -1)
+            sources.append(b if valid else None)
         return sources
 
     def read(self) -> list[int]:
@@ -104,6 +109,22 @@ def discard_in_flight(worker: EagleWorker) -> None:
             table.truncate(request.table_row, request.cached_len)
 
 
+def drain(worker: EagleWorker) -> list[tuple[Request, int]]:
+    """Read back the iteration in flight now, without launching another: each of its
+    requests still running with its token (logged for the draft's catch-up as usual)."""
+    in_flight = worker._in_flight
+    if in_flight is None:
+        return []
+    worker._in_flight = None
+    sources = in_flight.source_of(in_flight.requests)
+    if all(s is None for s in sources):
+        return []
+    values = in_flight.read()
+    if in_flight.features is not None:
+        _record_for_catch_up(worker, in_flight, in_flight.requests, sources, values)
+    return [(r, values[s]) for r, s in zip(in_flight.requests, sources) if s is not None]
+
+
 def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]]:
     """One plain decode iteration for ``requests``, launched before the previous one is read
     back; returns the previous iteration's tokens for the requests it holds (``[]`` for
@@ -115,19 +136,25 @@ def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[
     seq_lens = [r.cached_len for r in requests]
     for row, seq_len in zip(rows, seq_lens):
         runner.table.reserve(row, seq_len + 1)
-    sources = previous.source_of(requests) if previous is not None else [-1] * batch_size
+    sources = previous.source_of(requests) if previous is not None else [None] * batch_size
+    carried = [s is not None for s in sources]
     # a request's root is the previous iteration's token when it has one there, else the
     # host's last token (just prefilled, or its in-flight token was dropped)
-    host_roots = [r.output_ids[-1] if s < 0 else 0 for r, s in zip(requests, sources)]
-    rows_t, seq_t, roots_t, slots_t, nodes_t, sources_t = runner.upload_with_table(
-        rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1), [1] * batch_size,
-        sources,
-    )
+    host_roots = [0 if c else r.output_ids[-1] for r, c in zip(requests, carried)]
+    rows_t, seq_t, roots_t, slots_t, nodes_t, rows_in_previous, carried_t = (
+        runner.upload_with_table(
+            rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1),
+            [1] * batch_size, [s if s is not None else 0 for s in sources],
+            [int(c) for c in carried],
+        )
+    )  # [B] each
+    # the sampling tensors before the launch: building them copies to the device, which
+    # must not wait behind the forward
+    sampling = worker._sampling(requests)
     if previous is not None and sources == list(range(len(previous.requests))):
         roots = previous.tokens  # the same batch in the same order: the usual case
-    elif previous is not None and max(sources) >= 0:
-        carried = previous.tokens[sources_t.clamp(min=0)]  # [B]
-        roots = torch.where(sources_t >= 0, carried, roots_t)
+    elif previous is not None and any(carried):
+        roots = torch.where(carried_t.bool(), previous.tokens[rows_in_previous], roots_t)
     else:
         roots = roots_t
     tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, worker._one_node)
@@ -136,9 +163,8 @@ def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[
         prefix_lens=seq_lens, extend_lens=[1] * batch_size, out_cache_loc=slots_t,
         device_lens=(rows_t, seq_t, nodes_t),
     )
-    out = runner.run_target(batch)
+    out = runner.run_target(batch, worker.aux_layers)
     logits = runner.target.compute_logits(out.hidden_states).view(batch_size, 1, -1)
-    sampling = worker._sampling(requests)
     if sampling.greedy:
         tokens = ops.masked_argmax(logits, worker.vocab_size)[:, 0].long()
     else:
@@ -157,36 +183,39 @@ def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[
     for request, seq_len in zip(requests, seq_lens):
         request.cached_len = seq_len + 1
     # by the time this iteration is read back, the engine holds the previous one's tokens
-    expected = [(r.cached_len, len(r.output_ids) + (s >= 0)) for r, s in zip(requests, sources)]
+    expected = [(r.cached_len, len(r.output_ids) + c) for r, c in zip(requests, carried)]
     features = runner.draft.project_target_features(out) if worker.has_draft else None
     worker._in_flight = InFlight(
         list(requests), expected, tokens, host, ready, seq_lens, features
     )
     worker.iterations_at_depth[0] += 1
     # the previous iteration has run meanwhile (it was queued before this one)
-    if previous is None or max(sources, default=-1) < 0:
+    if previous is None or not any(carried):
         return [[] for _ in requests]
     values = previous.read()
     if previous.features is not None:
         _record_for_catch_up(worker, previous, requests, sources, values)
-    return [[values[s]] if s >= 0 else [] for s in sources]
+    return [[values[s]] if s is not None else [] for s in sources]
 
 
 def _record_for_catch_up(
     worker: EagleWorker,
     previous: InFlight,
     requests: Sequence[Request],
-    sources: list[int],
+    sources: list[int | None],
     values: list[int],
 ) -> None:
     """Log the read-back iteration's tokens and features for the draft (``spec.catchup``),
     as an iteration at S = 0 without overlap logs its own."""
     assert previous.features is not None and previous.draft_lens is not None
-    taken = [(r.request_id, s) for r, s in zip(requests, sources) if s >= 0]
+    taken = [(r.request_id, s) for r, s in zip(requests, sources) if s is not None]
     rows = [s for _, s in taken]
     features = previous.features
     if rows != list(range(features.shape[0])):
-        index = torch.tensor(rows, dtype=torch.int64).to(features.device, non_blocking=True)
+        index = torch.tensor(rows, dtype=torch.int64)
+        if features.device.type != "cpu":  # pinned: a pageable copy would wait for the device
+            index = index.pin_memory()
+        index = index.to(features.device, non_blocking=True)
         features = features.index_select(0, index)  # [B', H]
     worker._pending.add(
         [rid for rid, _ in taken], [previous.draft_lens[s] for s in rows],

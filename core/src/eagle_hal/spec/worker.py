@@ -50,7 +50,7 @@ from eagle_hal.spec.adaptive import AdaptiveController
 from eagle_hal.spec.catchup import CatchUpTotals, PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
-from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight
+from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight, drain
 
 __all__ = ["EagleWorker", "IterationTimes"]
 
@@ -142,6 +142,11 @@ class EagleWorker:
             spec = specs[steps] = base.with_steps(steps)
         return spec
 
+    def drain(self) -> list[tuple[Request, int]]:
+        """Read back the iteration in flight (``spec.overlap``) without launching another:
+        the requests it advanced that still run, each with its token; ``[]`` if none."""
+        return drain(self)
+
     def release(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
         self._pending.drop(request.request_id)
@@ -202,7 +207,7 @@ class EagleWorker:
         steps = self.steps_for(batch_size)
         if self.overlap and steps == 0 and not self.timed:
             emitted = decode_overlapped(self, requests)
-            if self.controller is not None:
+            if self.controller is not None and any(emitted):  # a call that only launched
                 self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - start)
             return emitted
         discard_in_flight(self)
