@@ -14,18 +14,10 @@ from eagle_hal.api import LLM, PromptTooLong
 from eagle_hal.engine.request import FinishReason, SamplingParams
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
+from eagle_hal.testing.tokenizers import CharTokenizer
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3, 2], [3, 8, 4, 6, 2, 6, 4, 3]]
 SPEC = SpecConfig(num_steps=4, topk=2, num_draft_tokens=8)
-
-
-class CharTokenizer:
-    """Token i is the letter ``chr(97 + i % 26)``: a detokenizer for stop strings."""
-
-    eos_token_ids = ()
-
-    def decode(self, token_ids):
-        return "".join(chr(97 + t % 26) for t in token_ids)
 
 
 @pytest.fixture(scope="module")

@@ -16,17 +16,9 @@ from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.spec import overlap as overlap_module
 from eagle_hal.testing.models import near_bigram_target, tiny_target
+from eagle_hal.testing.tokenizers import CharTokenizer
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3, 2], [3, 8, 4, 6, 2, 6, 4, 3]]
-
-
-class CharTokenizer:
-    """Token i is the letter ``chr(97 + i % 26)``."""
-
-    eos_token_ids = ()
-
-    def decode(self, token_ids):
-        return "".join(chr(97 + t % 26) for t in token_ids)
 
 
 @pytest.fixture(scope="module")
