@@ -298,3 +298,30 @@ def test_timed_catch_ups_are_reported():
     assert (row["catch_ups_while_timed"], row["catch_up_tokens_while_timed"]) == tuple(seen)
     assert row["iteration_ms"]["catch_up"] > 0
     assert "kernel_compiles_while_timed" in row
+    assert len(row["kernels_compiled_while_timed"]) == (row["kernel_compiles_while_timed"] or 0)
+
+
+def test_kernel_compiles_are_counted_and_named_then_the_hook_restored():
+    """Triton's post-compile hook, called as Triton calls it, is counted with its kernel."""
+    triton = pytest.importorskip("triton")
+    knobs = getattr(getattr(triton, "knobs", None), "runtime", None)
+    if knobs is None or not hasattr(knobs, "jit_post_compile_hook"):
+        pytest.skip("this Triton has no post-compile hook")
+    seen = []
+    before = knobs.jit_post_compile_hook
+
+    def mine(**kwargs):
+        seen.append(kwargs["repr"])
+
+    knobs.jit_post_compile_hook = mine
+    try:
+        with bench._KernelCompiles() as compiles:
+            for name in ("attend[num_warps=4](T: i32)", "merge[num_warps=1](T: i32)"):
+                knobs.jit_post_compile_hook(key=(), repr=name, fn=None, compile={},
+                                            is_manual_warmup=False, already_compiled=False)
+        assert compiles.count == 2
+        assert compiles.kernels == ["attend[num_warps=4](T: i32)", "merge[num_warps=1](T: i32)"]
+        assert seen == compiles.kernels  # the hook already set still ran
+        assert knobs.jit_post_compile_hook is mine  # and is back in place
+    finally:
+        knobs.jit_post_compile_hook = before

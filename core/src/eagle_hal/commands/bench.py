@@ -207,6 +207,7 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
         "catch_up_tokens_while_timed": catch_ups.tokens - catch_ups_before.tokens
         if catch_ups is not None and catch_ups_before is not None else 0,
         "kernel_compiles_while_timed": compiles.count,
+        "kernels_compiled_while_timed": compiles.kernels,
         "token_ids": [list(o.token_ids) for o in outputs],
     }
     if split:
@@ -235,6 +236,7 @@ class _KernelCompiles:
 
     def __init__(self) -> None:
         self.count: int | None = None
+        self.kernels: list[str] = []  # what compiled: Triton's repr (name, specialisation)
         self._knobs: Any = None
         self._previous: Any = None
 
@@ -251,6 +253,7 @@ class _KernelCompiles:
 
         def hook(*args: Any, **kwargs: Any) -> Any:
             self.count = (self.count or 0) + 1
+            self.kernels.append(str(kwargs.get("repr", "?"))[:240])
             return previous(*args, **kwargs) if previous is not None else None
 
         knobs.jit_post_compile_hook = hook
