@@ -103,8 +103,9 @@ def discard_in_flight(worker: EagleWorker) -> None:
         return
     worker._in_flight = None
     table = worker.runner.table
-    for b, request in enumerate(in_flight.requests):
-        if in_flight.source_of([request])[0] == b:
+    sources = in_flight.source_of(in_flight.requests)
+    for request, source in zip(in_flight.requests, sources):
+        if source is not None:
             request.cached_len -= 1
             table.truncate(request.table_row, request.cached_len)
 
