@@ -186,6 +186,11 @@ class AttentionBackend(abc.ABC):
     # level's ancestor slots from the levels before it. Off by default: trees then draft
     # level by level.
     draft_slots_read_in_forward: bool = False
+    # Whether every forward reads the prefix lengths only from the batch's device tensors
+    # (``prefix_lens``), never from ``prefix_lens_cpu``, which may then be any upper bound
+    # of them. Then a decode iteration can be launched before the host knows how far the
+    # previous one advanced (``spec.speculative_overlap``). Off by default.
+    lengths_read_in_forward: bool = False
 
     def __init__(self, config: AttentionConfig) -> None:
         self.config = config

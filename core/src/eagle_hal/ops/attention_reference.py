@@ -153,6 +153,12 @@ class TorchAttentionBackend(AttentionBackend):
     multi_forward_graphs = True
     draft_slots_read_in_forward = True  # forward() rebuilds their key columns (see there)
 
+    @property
+    def lengths_read_in_forward(self) -> bool:  # type: ignore[override]
+        """Prefix columns are masked by the device lengths; the host lengths only size
+        them. ``FULL`` tree masks are laid out by the host lengths."""
+        return self.tree_mask_mode != TreeMaskMode.FULL
+
     def __init__(
         self, config: AttentionConfig, tree_mask_mode: str = TreeMaskMode.TREE_BLOCK
     ) -> None:
@@ -189,7 +195,8 @@ class TorchAttentionBackend(AttentionBackend):
         max_queries = max(query_lens, default=0)
 
         prefix_cols = torch.arange(max_prefix, device=device)  # [max_prefix]
-        prefix_lens_dev = torch.tensor(prefix_lens, device=device, dtype=torch.int64)
+        # the device lengths decide; the host ones only size the columns (an upper bound)
+        prefix_lens_dev = batch.prefix_lens.to(torch.int64)
         prefix_valid = prefix_cols[None, :] < prefix_lens_dev[:, None]  # [B, max_prefix]
         pad_slot = batch.out_cache_loc[:1].to(torch.int64)  # [1] a slot this layer writes
         rows = batch.req_pool_indices.to(torch.int64)[:, None]

@@ -50,7 +50,9 @@ from eagle_hal.spec.adaptive import AdaptiveController
 from eagle_hal.spec.catchup import CatchUpTotals, PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
+from eagle_hal.spec import speculative_overlap
 from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight, drain
+from eagle_hal.spec.speculative_overlap import SpecInFlight
 
 __all__ = ["EagleWorker", "IterationTimes"]
 
@@ -110,6 +112,7 @@ class EagleWorker:
             overlap = runner.device.type != "cpu"
         self.overlap = overlap and runner.parallel.world_size == 1
         self._in_flight: InFlight | None = None
+        self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -144,7 +147,9 @@ class EagleWorker:
 
     def drain(self) -> list[tuple[Request, int]]:
         """Read back the iteration in flight (``spec.overlap``) without launching another:
-        the requests it advanced that still run, each with its token; ``[]`` if none."""
+        the requests it advanced that still run, each with its token; ``[]`` if none. A
+        speculative iteration in flight (``spec.speculative_overlap``) is dropped instead."""
+        speculative_overlap.discard(self)
         return drain(self)
 
     def release(self, request: Request) -> None:
@@ -206,10 +211,16 @@ class EagleWorker:
         batch_size = len(requests)
         steps = self.steps_for(batch_size)
         if self.overlap and steps == 0 and not self.timed:
+            speculative_overlap.discard(self)
             emitted = decode_overlapped(self, requests)
             if self.controller is not None and any(emitted):  # a call that only launched
                 self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - start)
             return emitted
+        if speculative_overlap.eligible(self, steps):
+            overlapped = speculative_overlap.decode_speculative_overlapped(self, requests, steps)
+            if overlapped is not None:
+                return overlapped
+        speculative_overlap.discard(self)
         discard_in_flight(self)
         runner, ops = self.runner, self.ops
         self.iterations_at_depth[steps] += 1

@@ -98,6 +98,7 @@ class TritonAttentionBackend(AttentionBackend):
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
     multi_forward_graphs = True
     draft_slots_read_in_forward = True  # the kernel reads them; the hooks check shapes only
+    lengths_read_in_forward = True  # plans read extend lengths and shapes, never prefixes
 
     def __init__(self, config: AttentionConfig) -> None:
         super().__init__(config)

@@ -1,0 +1,294 @@
+"""Speculative decoding with one iteration in flight: the device chains iterations itself.
+
+An EAGLE iteration ends with the host reading back how far each request advanced (the
+accept lengths, the bonus token, the accepted path) and building the next iteration from
+it: positions, slots, the draft extend's tokens. Done in that order, the device idles
+while the host works, and at batch size 1 on a small model that is most of the time
+(``benchmarks/profile_decode.py``). Here the next iteration is built on the device from
+the previous one's results, which are still there, and launched *before* the previous one
+is read back; the host reads each iteration one call late, while the next one runs.
+
+What the device carries from one iteration to the next, per request:
+
+* its cached length ``seq`` (the previous ``seq`` plus its accept length) and its root
+  token (the previous bonus token);
+* the draft's state after the previous draft extend (top-K and hidden state).
+
+The iteration itself is the ordinary one (``EagleWorker.decode``) with every host list
+replaced by device tensors:
+
+* slots: the reserved block's slots are gathered from the device table at ``seq + i``.
+  The host reserves, per request, ``reserve`` positions past the largest length the
+  request can have reached (its read-back length plus ``S + 1``);
+* draft and verify: their host lengths (``prefix_lens_cpu``) are these upper bounds. So
+  the attention backend must read prefix lengths from the device only
+  (``AttentionBackend.lengths_read_in_forward``);
+* accept, then the accepted path moved to the front of the verify block
+  (``SamplingOps.compact_accepted``; a chain's path is always in place);
+* draft extend with a fixed shape: ``S + 1`` tokens per request, the emitted tokens then
+  copies of the bonus token. The padding positions lie past the new cached length; they
+  are written (draft KV) but never read before the next iteration writes them again. The
+  draft's new hidden state is the one at the last emitted token.
+
+The tokens are those of the iteration without overlap (same inputs, same arithmetic on
+the same shapes, except the draft extend's padding, which causal attention keeps from
+the real tokens). An iteration is kept in flight only while the batch stays the same
+requests in the same order: when one finishes, joins, is preempted or re-prefilled, the
+iteration in flight is dropped (``discard``), its positions are recomputed by the next
+one, and the call after it starts a new chain. The engine's ``drain`` drops it too.
+
+Eligible: a fixed depth S > 0 (not the adaptive mode), not timed (the split pass), one
+process, graph-capturable tree-mask layouts (not ``FULL``), and attention backends that
+read lengths from the device. Elsewhere ``EagleWorker.decode`` runs without overlap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from eagle_hal.engine.request import Request
+from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.backend import TreeMaskMode
+from eagle_hal.hal.sampling import TreeShape
+from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
+from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.spec.worker import EagleWorker
+
+__all__ = ["SpecInFlight", "decode_speculative_overlapped", "discard", "eligible"]
+
+
+@dataclasses.dataclass(slots=True)
+class SpecInFlight:
+    """A speculative iteration launched but not read back."""
+
+    requests: list[Request]
+    steps: int
+    reserve: int  # positions reserved past each request's launch length
+    # each request's cached length when this iteration launched, as the host will know it
+    # once the iteration before it is read back (its launch length on the device)
+    expected: list[int]
+    host: torch.Tensor  # [B, 2 + W + N] host copy of the packed results (pinned)
+    ready: torch.Event | None  # None on the CPU (the copy is synchronous)
+    width: int  # W: the accepted path's width (S + 1)
+    # what the next iteration starts from, on the device
+    seq_next: torch.Tensor  # [B] int64 cached lengths after this iteration
+    roots_next: torch.Tensor  # [B] int64 bonus tokens: the next roots
+    state_next: DraftState  # the draft's state after this iteration's extend
+
+    def carries(self, requests: Sequence[Request], steps: int) -> bool:
+        """Whether the next iteration of ``requests`` at depth ``steps`` can start from
+        this one: the same requests, in the same order, none finished or moved since."""
+        if steps != self.steps or len(requests) != len(self.requests):
+            return False
+        return all(
+            r is mine and r.table_row is not None and not r.finished and r.cached_len == e
+            for r, mine, e in zip(requests, self.requests, self.expected)
+        )
+
+    def read(self) -> list[list[int]]:
+        """The packed results, waiting for the iteration to finish."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        return self.host.tolist()
+
+
+def eligible(worker: EagleWorker, steps: int) -> bool:
+    """Whether an iteration at depth ``steps`` can be launched before the previous one is
+    read back (see the module docstring)."""
+    runner = worker.runner
+    if not (worker.overlap and steps > 0 and worker.has_draft) or worker.timed:
+        return False
+    if worker.controller is not None or runner.tree_mask_mode == TreeMaskMode.FULL:
+        return False
+    attns = (runner.target_attn, runner.draft_attn)
+    return all(a is not None and a.lengths_read_in_forward for a in attns)
+
+
+def discard(worker: EagleWorker) -> None:
+    """Drop the speculative iteration in flight: the host keeps the state it read back
+    last, and each request still running gives back the positions reserved for it."""
+    flight: SpecInFlight | None = worker._spec_flight
+    if flight is None:
+        return
+    worker._spec_flight = None
+    table = worker.runner.table
+    for request in reversed(flight.requests):
+        row = request.table_row
+        if row is not None and not request.finished and table.length(row) > request.cached_len:
+            table.truncate(row, request.cached_len)
+
+
+def decode_speculative_overlapped(
+    worker: EagleWorker, requests: Sequence[Request], steps: int
+) -> list[list[int]] | None:
+    """One speculative iteration at depth ``steps`` for ``requests``, launched before the
+    previous one is read back; returns the previous iteration's emitted tokens (``[]``
+    per request when it starts a new chain), or ``None`` when the KV cache or the context
+    cannot hold the extra reservation (the caller then decodes without overlap)."""
+    runner = worker.runner
+    flight: SpecInFlight | None = worker._spec_flight
+    carried = flight is not None and flight.carries(requests, steps)
+    if flight is not None and not carried:
+        discard(worker)
+        flight = None
+    spec = worker._spec_at(steps)
+    num_nodes, topk = spec.draft_tokens, spec.topk
+    width = steps + 1  # the longest accepted path: the root and S drafts
+    reserve = max(num_nodes, steps * topk, width)
+    rows = [worker._row(r) for r in requests]
+    # the most each request can have advanced on the device: the iteration in flight may
+    # accept up to S drafts and its bonus
+    bounds = [r.cached_len + (width if carried else 0) for r in requests]
+    if not _reserve(runner.table, rows, [b + reserve for b in bounds]):
+        discard(worker)
+        return None
+    batch_size = len(requests)
+    sampling = worker._sampling(requests)  # built before the launch: it copies to the device
+    if carried:
+        assert flight is not None
+        rows_t, nodes_t, branches_t, width_t = runner.upload_with_table(
+            rows, [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size
+        )
+        seq_t, roots, state = flight.seq_next, flight.roots_next, flight.state_next
+    else:
+        seq_t, roots, rows_t, nodes_t, branches_t, width_t = runner.upload_with_table(
+            [r.cached_len for r in requests], [r.output_ids[-1] for r in requests], rows,
+            [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size,
+        )
+        state = worker._draft_states(requests)
+    launch = _launch(
+        worker, requests, rows, bounds, steps, reserve, width, sampling,
+        (rows_t, seq_t, roots, nodes_t, branches_t, width_t), state,
+    )
+    worker._spec_flight = launch
+    worker.iterations_at_depth[steps] += 1
+    if not carried:
+        launch.expected = [r.cached_len for r in requests]
+        return [[] for _ in requests]
+    assert flight is not None
+    emitted = _apply(worker, flight, reserve)
+    launch.expected = [r.cached_len for r in requests]
+    return emitted
+
+
+def _reserve(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
+    """Grow each row to at least its length if the context and the free pages allow."""
+    if any(n > table.max_context for n in lengths):
+        return False
+    grow = [(row, n) for row, n in zip(rows, lengths) if n > table.length(row)]
+    if sum(table.pages_needed(row, n) for row, n in grow) > table.allocator.num_free_pages:
+        return False
+    for row, n in grow:
+        table.reserve(row, n)
+    return True
+
+
+def _launch(
+    worker: EagleWorker,
+    requests: Sequence[Request],
+    rows: list[int],
+    bounds: list[int],
+    steps: int,
+    reserve: int,
+    width: int,
+    sampling: SamplingBatch,
+    device: tuple[torch.Tensor, ...],
+    state: DraftState,
+) -> SpecInFlight:
+    """Queue the iteration: draft, verify, accept, move the path, draft extend."""
+    runner, ops = worker.runner, worker.ops
+    rows_t, seq_t, roots, nodes_t, branches_t, width_t = device
+    spec = worker._spec_at(steps)
+    num_nodes, topk = spec.draft_tokens, spec.topk
+    batch_size = len(requests)
+    offsets = torch.arange(reserve, device=runner.device)
+    slots = runner.slots_at(rows_t[:, None], seq_t[:, None] + offsets)  # [B, reserve]
+    positions = (
+        seq_t.view(1, -1, 1) + offsets[: max(steps - 1, 0)].view(-1, 1, 1)
+    ).expand(-1, -1, topk).reshape(max(steps - 1, 0), batch_size * topk)  # [S - 1, B * K]
+
+    # 1-2. draft; host lengths are upper bounds (the attention reads the device's)
+    inputs = DraftInputs(rows, bounds, rows_t, seq_t, branches_t, slots, positions, roots, state)
+    tree = draft_tree(runner, ops, TreeShape(topk, steps, num_nodes), inputs)
+    # 3. verify
+    verify_slots = slots[:, :num_nodes]
+    batch = runner.make_batch(
+        ForwardMode.TARGET_VERIFY, input_ids=tree.tokens, positions=tree.positions, rows=rows,
+        prefix_lens=bounds, extend_lens=[num_nodes] * batch_size, out_cache_loc=verify_slots,
+        tree_mask=tree.tree_mask, device_lens=(rows_t, seq_t, nodes_t),
+    )
+    out = runner.run_target(batch, worker.aux_layers)
+    logits = runner.target.compute_logits(out.hidden_states).view(batch_size, num_nodes, -1)
+    # 4. accept, and move the accepted path to the front of the verify block
+    result = accept_tree(
+        ops, logits, worker.vocab_size, tree.tokens, tree.retrieve_next_token,
+        tree.retrieve_next_sibling, steps, sampling, seq_t if sampling.greedy else 2 * seq_t,
+    )
+    path = ops.compact_accepted(tree.tokens, result.accepted_nodes, result.accept_lens, verify_slots)
+    if topk > 1:  # a chain's accepted path is always in place
+        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
+    # 5. draft extend over W tokens: the emitted ones (the path's drafts, then the bonus),
+    # padded with the bonus; fed the accepted nodes' features (the index repeats the last)
+    lens = result.accept_lens.long()  # [B]
+    bonus = result.bonus_tokens.long()  # [B]
+    column = offsets[:width]
+    shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [B, W]
+    input_ids = torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None])
+    features = runner.draft.project_target_features(out)[path.hidden_index.reshape(-1)]
+    extend = runner.make_batch(
+        ForwardMode.DRAFT_EXTEND, input_ids=input_ids, positions=seq_t[:, None] + column,
+        rows=rows, prefix_lens=bounds, extend_lens=[width] * batch_size,
+        out_cache_loc=slots[:, :width], device_lens=(rows_t, seq_t, width_t),
+    )
+    hidden_out = runner.run_draft(extend, features.to(runner.dtype))  # [B * W, H]
+    last = hidden_out.view(batch_size, width, -1)[
+        torch.arange(batch_size, device=runner.device), lens - 1
+    ]  # [B, H] at each request's last emitted token
+    probs, ids = runner.draft.topk(last, worker.spec.topk)
+    packed = torch.cat(
+        [lens.view(-1, 1), bonus.view(-1, 1), result.accepted_nodes.long(), tree.tokens.long()],
+        dim=1,
+    )  # [B, 2 + W + N]
+    on_device = runner.device.type != "cpu"
+    host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=on_device)
+    host.copy_(packed, non_blocking=on_device)
+    ready = None
+    if on_device:
+        ready = torch.Event(device=runner.device)
+        ready.record()
+    return SpecInFlight(
+        list(requests), steps, reserve, [], host, ready, result.accepted_nodes.shape[1],
+        seq_t + lens, bonus, DraftState(probs, ids, last),
+    )
+
+
+def _apply(worker: EagleWorker, flight: SpecInFlight, reserve: int) -> list[list[int]]:
+    """Read ``flight`` back and advance the host to it: cached lengths, the table rows
+    (keeping ``reserve`` positions for the iteration launched since), the draft's state.
+    Returns each request's emitted tokens."""
+    table = worker.runner.table
+    width = flight.width
+    emitted = []
+    for request, packed in zip(flight.requests, flight.read()):
+        accepted, bonus = packed[0], packed[1]
+        path = packed[2 : 2 + accepted]
+        tokens = packed[2 + width :]
+        emitted.append([tokens[node] for node in path[1:]] + [bonus])
+        request.cached_len += accepted
+    # in reverse, as the worker truncates: the next reserves get the same slots back
+    for request in reversed(flight.requests):
+        assert request.table_row is not None
+        keep = request.cached_len + reserve
+        if table.length(request.table_row) > keep:
+            table.truncate(request.table_row, keep)
+    key = tuple(r.request_id for r in flight.requests)
+    worker._batch_state = (key, flight.state_next)
+    for b, request in enumerate(flight.requests):
+        worker._state[request.request_id] = (flight.state_next, b)
+    return emitted
