@@ -1,0 +1,237 @@
+"""Speculative iterations with one in flight (spec/speculative_overlap.py).
+
+The oracle is the same speculative decoding without overlap (itself tested against plain
+decoding, and plain decoding against HF transformers): tokens, finish reasons and text
+must be identical, and every KV page must come back, for chains and trees, greedy and
+sampled, with and without (emulated) graphs, as requests join, finish, are preempted or
+reach the end of the context. The CPU runs the device's work synchronously, so overlap is
+off there by default; these tests switch it on.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle_hal import select_backend
+from eagle_hal.api import LLM
+from eagle_hal.engine.request import SamplingParams
+from eagle_hal.spec import speculative_overlap as module
+from eagle_hal.spec.config import SpecConfig
+from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_target
+from eagle_hal.testing.tokenizers import CharTokenizer
+
+PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3, 2], [3, 8, 4, 6, 2, 6, 4, 3]]
+CHAIN, TREE, WIDE = SpecConfig(4, 1, 5), SpecConfig(3, 2, 6), SpecConfig(4, 4, 12)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return select_backend("cpu")
+
+
+@pytest.fixture(scope="module")
+def graph_backend():
+    from eagle_hal.testing.graphs import replaying_cpu_backend
+
+    return replaying_cpu_backend()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = near_bigram_target(seed=5)
+    return target, matching_eagle1(target, noise=0.02)
+
+
+def run(backend, pair, prompts, params, *, overlap, graphs=False, **kwargs):
+    target, head = pair
+    llm = LLM.from_models(backend, target, head, kwargs.pop("tokenizer", None),
+                          kwargs.pop("spec", TREE), seed=0, **kwargs)
+    if graphs:
+        assert llm.runner.enable_graphs()
+    llm.worker.overlap = overlap
+    outputs = llm.generate(prompts, params)
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+    # the verify passes too: the same drafts are accepted only from the same draft state
+    return llm, [(list(o.token_ids), o.finish_reason, o.text, o.stats.verify_steps)
+                 for o in outputs]
+
+
+def both(backend, pair, prompts, params, **kwargs):
+    """Without overlap, then with it; checks that some iterations were read back late."""
+    _, expected = run(backend, pair, prompts, params, overlap=False, **dict(kwargs))
+    apply, applied = module._apply, []
+
+    def counting_apply(*args):
+        applied.append(1)
+        return apply(*args)
+
+    module._apply = counting_apply
+    try:
+        llm, got = run(backend, pair, prompts, params, overlap=True, **kwargs)
+    finally:
+        module._apply = apply
+    assert applied, "no iteration was overlapped"
+    return llm, got, expected
+
+
+def lengths(*counts):
+    return [SamplingParams(max_new_tokens=n) for n in counts]
+
+
+@pytest.mark.parametrize("spec", [CHAIN, TREE, WIDE], ids=["chain", "tree", "wide"])
+@pytest.mark.parametrize("max_batch_size", [1, 2, 16])
+def test_greedy_outputs_equal_decoding_without_overlap(backend, pair, spec, max_batch_size):
+    """Requests of different lengths finish at different iterations; queued ones join."""
+    llm, got, expected = both(backend, pair, PROMPTS, lengths(7, 19, 3, 25, 12), spec=spec,
+                              max_batch_size=max_batch_size)
+    assert got == expected
+    assert [len(t) for t, *_ in got] == [7, 19, 3, 25, 12]
+
+
+@pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
+def test_with_graphs(graph_backend, pair, spec):
+    """The draft loop, verify and the fixed-shape draft extend replay as graphs, whose
+    host lengths are only upper bounds of the device's."""
+    llm, got, expected = both(graph_backend, pair, PROMPTS, lengths(9, 30, 4, 17, 22),
+                              spec=spec, max_batch_size=2, graphs=True)
+    assert got == expected
+    assert llm.runner.graphs.replays > 0
+
+
+def test_a_random_head_proposes_the_same_drafts(backend):
+    """A head whose proposals depend on its hidden state (not only on the token it is fed)
+    must start each iteration from the state at the last emitted token, not at the draft
+    extend's padding: the verify passes per request show it."""
+    from eagle_hal.testing.models import tiny_eagle1
+
+    target = tiny_target(seed=11)
+    pair = (target, tiny_eagle1(target, seed=12))
+    for spec in (CHAIN, WIDE):
+        _, got, expected = both(backend, pair, PROMPTS, lengths(20, 30, 25, 20, 30), spec=spec,
+                                max_batch_size=3)
+        assert got == expected
+
+
+def test_sampled_outputs_equal_decoding_without_overlap(backend, pair):
+    params = [SamplingParams(max_new_tokens=20, temperature=0.9, top_p=0.9, seed=s)
+              for s in range(len(PROMPTS))]
+    for spec in (CHAIN, WIDE):
+        _, got, expected = both(backend, pair, PROMPTS, params, spec=spec, max_batch_size=3)
+        assert got == expected
+
+
+def test_eos_stop_tokens_and_stop_strings(backend):
+    target = tiny_target(seed=2, eos=(7, 11))
+    pair = (target, matching_eagle1(target, noise=0.5))
+    _, got, expected = both(backend, pair, PROMPTS, SamplingParams(max_new_tokens=40),
+                            max_batch_size=2)
+    assert got == expected
+    assert any(len(t) < 40 for t, *_ in got)  # EOS really ended some request early
+    tokenizer = CharTokenizer()
+    params = SamplingParams(max_new_tokens=30, stop=["d"], ignore_eos=True)
+    _, got, expected = both(backend, pair, PROMPTS, params, tokenizer=tokenizer)
+    assert got == expected
+
+
+def test_preemption_and_the_end_of_the_context(backend, pair):
+    prompts = [p * 2 for p in PROMPTS] * 2
+    _, got, expected = both(backend, pair, prompts, SamplingParams(max_new_tokens=40),
+                            kv_cache_tokens=200, max_batch_size=10)
+    assert got == expected
+    _, got, expected = both(backend, pair, PROMPTS, SamplingParams(max_new_tokens=100),
+                            max_context=48)
+    assert got == expected
+
+
+@pytest.mark.parametrize("max_new_tokens", [10, 14, 15, 200])
+def test_a_request_that_fits_the_kv_cache_without_overlap_fits_with_it(backend, pair,
+                                                                          max_new_tokens):
+    """Near the cache's last page the extra reservation is not taken: the iteration runs
+    without overlap rather than failing."""
+    _, got, expected = both(backend, pair, [[3, 1, 4, 1, 5]],
+                            SamplingParams(max_new_tokens=max_new_tokens),
+                            kv_cache_tokens=32, max_batch_size=2)
+    assert got == expected
+
+
+def test_cancelling_in_flight_frees_everything_and_spares_the_others(backend, pair):
+    _, expected = run(backend, pair, PROMPTS, SamplingParams(max_new_tokens=30), overlap=False)
+    llm = LLM.from_models(backend, *pair, None, TREE, seed=0)
+    llm.worker.overlap = True
+    got: dict[int, list[int]] = {}
+    victim = None
+    for delta in llm.stream(PROMPTS, SamplingParams(max_new_tokens=30)):
+        got.setdefault(delta.request_id, []).extend(delta.token_ids)
+        if victim is None and len(got[delta.request_id]) >= 4:
+            victim = delta.request_id
+            llm.engine.cancel(victim)
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+    for rid, (tokens, *_) in zip(sorted(got), expected):
+        assert got[rid] == (tokens[: len(got[rid])] if rid == victim else tokens)
+
+
+def test_switching_overlap_on_and_off_mid_run(backend, pair):
+    _, expected = run(backend, pair, PROMPTS, SamplingParams(max_new_tokens=25), overlap=False)
+    llm = LLM.from_models(backend, *pair, None, TREE, seed=0)
+    got: dict[int, list[int]] = {}
+    for step, delta in enumerate(llm.stream(PROMPTS, SamplingParams(max_new_tokens=25))):
+        got.setdefault(delta.request_id, []).extend(delta.token_ids)
+        llm.worker.overlap = step % 7 < 4
+    assert [got[rid] for rid in sorted(got)] == [t for t, *_ in expected]
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+
+
+def test_each_launch_precedes_the_previous_read_back(backend, pair, monkeypatch):
+    """The point of overlap: a call queues its iteration before waiting for the last one;
+    one request, so the chain of iterations is never broken until the end."""
+    events: list[str] = []
+    llm = LLM.from_models(backend, *pair, None, CHAIN, seed=0)
+    llm.worker.overlap = True
+    launch = module._launch
+    monkeypatch.setattr(module, "_launch",
+                        lambda *a, **k: (events.append("launch"), launch(*a, **k))[1])
+    read = module.SpecInFlight.read
+    monkeypatch.setattr(module.SpecInFlight, "read",
+                        lambda self: (events.append("read"), read(self))[1])
+    out = llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=40, ignore_eos=True))
+    assert len(out[0].token_ids) == 40
+    reads = events.count("read")
+    assert reads >= 5 and out[0].stats.verify_steps == reads
+    # launch, then (launch, read) pairs; the last launch is dropped when the request ends
+    assert events == ["launch"] + ["launch", "read"] * reads
+    assert out[0].stats.accept_length > 1.5  # a matching head: these really speculated
+
+
+def test_an_eagle3_head(backend):
+    import torch
+
+    from eagle_hal.model.eagle import Eagle3DraftModel
+    from eagle_hal.testing.models import randomize, tiny_config
+
+    target = tiny_target(seed=1, layers=4)
+    head = Eagle3DraftModel(tiny_config(target.config.vocab_size, layers=1), target,
+                            draft_vocab_size=97, dtype=torch.float32)
+    randomize(head, 3)
+    _, got, expected = both(backend, (target, head), PROMPTS, SamplingParams(max_new_tokens=20),
+                            spec=WIDE, max_batch_size=3)
+    assert got == expected
+
+
+def test_where_it_does_not_apply(backend, pair):
+    """The adaptive mode, the split pass (timed), FULL masks and attention backends that
+    read host lengths decode without overlap."""
+    llm = LLM.from_models(backend, *pair, None, TREE, seed=0)
+    worker = llm.worker
+    worker.overlap = True
+    assert module.eligible(worker, 3)
+    assert not module.eligible(worker, 0)
+    worker.timed = True
+    assert not module.eligible(worker, 3)
+    worker.timed = False
+    attn = llm.runner.target_attn
+    attn.tree_mask_mode = "full"
+    assert not module.eligible(worker, 3)
+    attn.tree_mask_mode = "tree_block"
+    adaptive = LLM.from_models(backend, *pair, None, SpecConfig(3, 2, 6, adaptive=True), seed=0)
+    adaptive.worker.overlap = True
+    assert not module.eligible(adaptive.worker, 3)
