@@ -81,6 +81,33 @@ def test_overlapped_plain_decoding_equals_step_by_step(cuda_backend, pair, max_b
     assert [len(t) for t in outputs[1]] == [24, 7, 31, 3, 18]
 
 
+@pytest.mark.parametrize("topk,steps,nodes", [(1, 5, 6), (4, 5, 16)])
+@pytest.mark.parametrize("max_batch_size", [1, 2, 16])
+def test_overlapped_speculation_equals_speculation_read_back_each_iteration(
+    cuda_backend, pair, topk, steps, nodes, max_batch_size
+):
+    """Speculative iterations chained on the device, one in flight
+    (spec/speculative_overlap.py, on by default on CUDA), give the tokens and the verify
+    passes of iterations read back one by one, as requests join and finish (float32)."""
+    from eagle_hal.spec import speculative_overlap
+
+    target, head = pair
+    params = [SamplingParams(max_new_tokens=n) for n in (40, 7, 31, 3, 18)]
+    outputs = []
+    for overlap in (False, True):
+        llm = LLM.from_models(cuda_backend, target, head, spec=SpecConfig(steps, topk, nodes),
+                              seed=0, max_batch_size=max_batch_size)
+        assert llm.worker.overlap  # the default on a GPU
+        llm.worker.overlap = overlap
+        assert llm.runner.enable_graphs()
+        assert speculative_overlap.eligible(llm.worker, steps) == overlap
+        out = llm.generate(PROMPTS, params)
+        outputs.append([(o.token_ids, o.stats.verify_steps) for o in out])
+        assert llm.used_pages == 0 and llm.leaked_pages == 0
+    assert outputs[1] == outputs[0]
+    assert [len(t) for t, _ in outputs[1]] == [40, 7, 31, 3, 18]
+
+
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 3, 4), (4, 3, 16), (2, 4, 8)])
 @pytest.mark.parametrize("batch", [1, 5])
 @pytest.mark.parametrize("chain_graph", ["0", "1"])
