@@ -134,6 +134,23 @@ def warm_up_depths(worker: Any) -> list[int]:
     return [s for s in worker.spec.adaptive_steps if s > 0]
 
 
+def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
+    """Prefill one prompt of each length for which an attention backend compiles a kernel
+    variant (``AttentionBackend.warm_up_lengths``): otherwise the timed run's prompts and
+    catch-ups of new lengths compile them, about a second each."""
+    from eagle_hal.engine.request import SamplingParams
+
+    runner = llm.runner
+    lengths: set[int] = set()
+    for attn in (runner.target_attn, getattr(runner, "draft_attn", None)):
+        if attn is not None:
+            lengths.update(attn.warm_up_lengths())
+    limit = llm.engine.scheduler.config.max_context - llm.worker.headroom(1) - 2
+    params = SamplingParams(max_new_tokens=1, ignore_eos=True)
+    for length in sorted(n for n in lengths if 1 <= n <= limit):
+        llm.generate([(prompt * length)[:length]], params)
+
+
 def settle(llm: Any, batch: list[list[int]], params: Any, max_rounds: int = 8) -> None:
     """Generate ``batch`` until the adaptive controller has settled at its size (at most
     ``max_rounds`` generations; one without a controller): its warm-up runs every depth,
@@ -169,6 +186,7 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
             finally:
                 worker.spec, worker.controller = spec, controller
         settle(llm, batch, warm_params)
+    warm_up_prefills(llm, prompts[0])
     graphs = getattr(llm.runner, "graphs", None)
     captured_before = graphs.num_graphs if graphs is not None else 0
     depths = getattr(worker, "iterations_at_depth", None)

@@ -195,6 +195,12 @@ class AttentionBackend(abc.ABC):
     def __init__(self, config: AttentionConfig) -> None:
         self.config = config
 
+    def warm_up_lengths(self) -> tuple[int, ...]:
+        """Token counts of single causal forwards (prefills) that, run once each, compile
+        every kernel variant this backend picks by a forward's size, so that none compiles
+        later inside timed work. The default: none (nothing is chosen by size)."""
+        return ()
+
     def planned_metadata(self, batch: ForwardBatch, kind: type[_Metadata]) -> _Metadata:
         """``batch.attn_metadata``, which must be a ``kind`` made by this backend's ``plan``
         (raises ``TypeError`` naming what it got)."""

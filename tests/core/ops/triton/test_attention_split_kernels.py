@@ -275,6 +275,22 @@ def test_num_splits_follow_static_shapes():
     assert counts == {1, 2, 4, 8, 16, 32}
 
 
+@pytest.mark.parametrize("width,kv_heads", [(4096, 3), (512, 3), (2048, 8), (64, 1)])
+def test_warm_up_lengths_reach_every_split_count(width, kv_heads):
+    """``warm_up_lengths`` (the bench prefills each before timing) covers every split count
+    a forward of any token count can pick, one length per count (brute force)."""
+    from types import SimpleNamespace
+
+    from eagle_hal.ops.triton.attention import TritonAttentionBackend
+
+    backend = object.__new__(TritonAttentionBackend)
+    backend.config = SimpleNamespace(req_to_token=torch.zeros(1, width), num_kv_heads=kv_heads)
+    lengths = backend.warm_up_lengths()
+    picked = [kernels.choose_num_splits(n, kv_heads, width) for n in lengths]
+    every = {kernels.choose_num_splits(n, kv_heads, width) for n in range(1, 4 * width)}
+    assert sorted(set(picked)) == sorted(every) and len(picked) == len(set(picked))
+
+
 def test_rejects_mismatched_kv():
     """k and v must match each other and q's tokens and head size."""
     scene = Scene()

@@ -203,6 +203,18 @@ class TritonAttentionBackend(AttentionBackend):
             )
         return n
 
+    def warm_up_lengths(self) -> tuple[int, ...]:
+        """The smallest token count of each split count ``choose_num_splits`` can pick
+        (a compile-time constant of the kernel)."""
+        first: dict[int, int] = {}
+        width = self.config.req_to_token.shape[1]
+        for tokens in range(1, width + 1):
+            splits = choose_num_splits(tokens, self.config.num_kv_heads, width)
+            first.setdefault(splits, tokens)
+            if splits == 1:
+                break
+        return tuple(sorted(first.values()))
+
     # -- graph hooks -----------------------------------------------------------------------
 
     def plan_for_capture(self, batch: ForwardBatch) -> TritonAttentionMetadata:
