@@ -89,16 +89,19 @@ def test_greedy_outputs_equal_decoding_without_overlap(backend, pair, spec, max_
 
 
 @pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
-def test_with_graphs(graph_backend, pair, spec):
-    """The draft loop, verify and the fixed-shape draft extend replay as graphs, whose
-    host lengths are only upper bounds of the device's."""
+@pytest.mark.parametrize("max_batch_size", [2, 5])
+def test_with_graphs(graph_backend, pair, spec, max_batch_size):
+    """The draft loop and the verify-to-extend part (engine/iteration_graph.py) replay as
+    graphs, whose host lengths are only upper bounds of the device's, padded to their
+    bucket as the batch shrinks."""
     llm, got, expected = both(graph_backend, pair, PROMPTS, lengths(9, 30, 4, 17, 22),
-                              spec=spec, max_batch_size=2, graphs=True)
+                              spec=spec, max_batch_size=max_batch_size, graphs=True)
     assert got == expected
-    assert llm.runner.graphs.replays > 0
+    assert llm.runner.graphs.iteration_replays > 0
 
 
-def test_a_random_head_proposes_the_same_drafts(backend):
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_random_head_proposes_the_same_drafts(backend, graph_backend, graphs):
     """A head whose proposals depend on its hidden state (not only on the token it is fed)
     must start each iteration from the state at the last emitted token, not at the draft
     extend's padding: the verify passes per request show it."""
@@ -107,8 +110,9 @@ def test_a_random_head_proposes_the_same_drafts(backend):
     target = tiny_target(seed=11)
     pair = (target, tiny_eagle1(target, seed=12))
     for spec in (CHAIN, WIDE):
-        _, got, expected = both(backend, pair, PROMPTS, lengths(20, 30, 25, 20, 30), spec=spec,
-                                max_batch_size=3)
+        _, got, expected = both(graph_backend if graphs else backend, pair, PROMPTS,
+                                lengths(20, 30, 25, 20, 30), spec=spec, max_batch_size=3,
+                                graphs=graphs)
         assert got == expected
 
 

@@ -48,6 +48,7 @@ import torch
 
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.chain_graph import ChainGraph
+from eagle_hal.engine.iteration_graph import VerifyExtendGraph
 from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
@@ -105,10 +106,12 @@ class GraphRunner:
         self._graphs: dict[tuple[object, ...], _CapturedForward] = {}
         self._chains: dict[tuple[object, ...], ChainGraph] = {}
         self._trees: dict[tuple[object, ...], TreeGraph] = {}
+        self._iterations: dict[tuple[object, ...], VerifyExtendGraph] = {}
         self._graph_state_ready: set[int] = set()  # id() of attention backends initialised
         self.replays = 0  # single forwards served by a graph (for diagnostics and tests)
         self.chain_replays = 0  # whole draft chain loops served by a graph
         self.tree_replays = 0  # whole draft tree loops served by a graph
+        self.iteration_replays = 0  # overlapped verify-to-extend parts served by a graph
         # The chain loop as one graph (``chain_graph``), unless EAGLE_HAL_CHAIN_GRAPH=0.
         # On an H200 it equals the eager loop (conformance ``graphs/chain_loop_equals_eager``;
         # the same chain accept length, 1.98, step by step and as one graph) and runs chain
@@ -127,7 +130,7 @@ class GraphRunner:
 
     @property
     def num_graphs(self) -> int:
-        return len(self._graphs) + len(self._chains) + len(self._trees)
+        return len(self._graphs) + len(self._chains) + len(self._trees) + len(self._iterations)
 
     def bucket_for(self, batch_size: int) -> int | None:
         """The smallest bucket holding ``batch_size`` requests, or ``None``."""
@@ -267,6 +270,56 @@ class GraphRunner:
         verify = tree.replay(rows, seq_lens, seq_lens_cpu, scratch, probs, ids, hidden, roots)
         self.tree_replays += 1
         return verify
+
+    @torch.inference_mode()
+    def run_verify_extend(
+        self,
+        ops: SamplingOps,
+        shape: TreeShape,
+        reserve: int,
+        aux_layers: tuple[int, ...],
+        vocab_size: int,
+        rows: torch.Tensor,
+        seq_lens: torch.Tensor,
+        bounds: Sequence[int],
+        slots: torch.Tensor,
+        tree: VerifyTree,
+    ) -> tuple[torch.Tensor, ...] | None:
+        """An overlapped speculative iteration from its verify to the draft's next state
+        (greedy; ``engine.iteration_graph``) as one graph, or ``None`` (run it eagerly): no
+        bucket holds the batch, no draft, attention backends without
+        ``multi_forward_graphs``, ``FULL`` masks, or more verify nodes per request than a
+        captured forward takes. Captures on first sight of a (bucket, S, K, N).
+
+        ``rows``/``seq_lens`` ``[B]`` int64 (the device's lengths), ``bounds`` upper bounds
+        of them on the host, ``slots`` ``[B, >= reserve]`` the slots of positions
+        ``seq_len ..``, ``tree`` the draft loop's verify tree. Returns the outputs listed in
+        ``engine.iteration_graph`` for the B requests."""
+        runner = self.runner
+        attns = (runner.target_attn, runner.draft_attn)
+        if runner.draft is None or any(a is None or not a.multi_forward_graphs for a in attns):
+            return None
+        if runner.tree_mask_mode == TreeMaskMode.FULL:
+            return None
+        if shape.num_draft_tokens > MAX_TOKENS_PER_REQUEST:
+            return None
+        bucket = self.bucket_for(len(bounds))
+        if bucket is None:
+            return None
+        key = (bucket, shape, reserve, aux_layers, runner.tree_mask_mode)
+        entry = self._iterations.get(key)
+        if entry is None:
+            for attn in attns:
+                self._init_graph_state(attn)
+            entry = VerifyExtendGraph.capture(
+                self.capture, runner, ops, bucket=bucket, steps=shape.num_steps,
+                topk=shape.topk, nodes=shape.num_draft_tokens, reserve=reserve,
+                aux_layers=aux_layers, vocab_size=vocab_size, pad_slot=self.pad_slot,
+            )
+            self._iterations[key] = entry
+        outputs = entry.replay(rows, seq_lens, bounds, slots, tree)
+        self.iteration_replays += 1
+        return outputs
 
     def _draft_loop_bucket(
         self, size: int, steps: int, enabled: bool, computes_draft_slots: bool

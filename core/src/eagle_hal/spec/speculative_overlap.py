@@ -106,6 +106,8 @@ def eligible(worker: EagleWorker, steps: int) -> bool:
         return False
     if worker.controller is not None or runner.tree_mask_mode == TreeMaskMode.FULL:
         return False
+    if worker._spec_at(steps).draft_tokens < steps + 1:  # the path must fit the verify block
+        return False
     attns = (runner.target_attn, runner.draft_attn)
     return all(a is not None and a.lengths_read_in_forward for a in attns)
 
@@ -215,7 +217,18 @@ def _launch(
 
     # 1-2. draft; host lengths are upper bounds (the attention reads the device's)
     inputs = DraftInputs(rows, bounds, rows_t, seq_t, branches_t, slots, positions, roots, state)
-    tree = draft_tree(runner, ops, TreeShape(topk, steps, num_nodes), inputs)
+    shape = TreeShape(topk, steps, num_nodes)
+    tree = draft_tree(runner, ops, shape, inputs)
+    replayed = None
+    if sampling.greedy and runner.graphs is not None:  # 3-5 as one graph where it can
+        replayed = runner.graphs.run_verify_extend(
+            ops, shape, reserve, worker.aux_layers, worker.vocab_size, rows_t, seq_t, bounds,
+            slots, tree,
+        )
+    if replayed is not None:
+        packed, seq_next, bonus, probs, ids, last = replayed
+        return _in_flight(runner, requests, steps, reserve, width, packed, seq_next, bonus,
+                          DraftState(probs, ids, last))
     # 3. verify
     verify_slots = slots[:, :num_nodes]
     batch = runner.make_batch(
@@ -255,6 +268,22 @@ def _launch(
         [lens.view(-1, 1), bonus.view(-1, 1), result.accepted_nodes.long(), tree.tokens.long()],
         dim=1,
     )  # [B, 2 + W + N]
+    return _in_flight(runner, requests, steps, reserve, width, packed, seq_t + lens, bonus,
+                      DraftState(probs, ids, last))
+
+
+def _in_flight(
+    runner: Any,
+    requests: Sequence[Request],
+    steps: int,
+    reserve: int,
+    width: int,
+    packed: torch.Tensor,
+    seq_next: torch.Tensor,
+    bonus: torch.Tensor,
+    state: DraftState,
+) -> SpecInFlight:
+    """The launched iteration, its packed results on their way to the host."""
     on_device = runner.device.type != "cpu"
     host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=on_device)
     host.copy_(packed, non_blocking=on_device)
@@ -262,10 +291,8 @@ def _launch(
     if on_device:
         ready = torch.Event(device=runner.device)
         ready.record()
-    return SpecInFlight(
-        list(requests), steps, reserve, [], host, ready, result.accepted_nodes.shape[1],
-        seq_t + lens, bonus, DraftState(probs, ids, last),
-    )
+    return SpecInFlight(list(requests), steps, reserve, [], host, ready, width, seq_next, bonus,
+                        state)
 
 
 def _apply(worker: EagleWorker, flight: SpecInFlight, reserve: int) -> list[list[int]]:

@@ -1,0 +1,203 @@
+"""An overlapped speculative iteration's verify-to-next-state part as one device graph.
+
+``spec.speculative_overlap`` builds each iteration on the device from the previous one.
+After the draft loop (its own graph), the iteration is: the target's verify forward, the
+lm_head, the greedy accept, the move of the accepted path to the front of the verify block,
+the draft extend's inputs (the emitted tokens padded with the bonus token, positions,
+slots, the accepted nodes' features), the draft extend forward, the draft's top-K at each
+request's last emitted token, and the packed results for the host. Eagerly that is about a
+hundred host calls per iteration; ``VerifyExtendGraph`` records all of it into one graph
+per ``(bucket, S, K, N)``, whose static inputs are
+
+    rows, seq_lens        [bucket]               table rows, cached lengths (the device's)
+    slots                 [bucket, reserve]      slots of positions seq_len, seq_len + 1, ...
+    tokens, positions     [bucket, N]            the verify tree (from the draft loop)
+    next_token, next_sibling  [bucket, N]        its links
+    tree_mask             tree-block [bucket, N, N] or bit-packed [bucket, N]
+
+and whose outputs (outside the shared pool, ``chain_graph.record_with_own_outputs``) are
+
+    packed     [bucket, 2 + W + N]  accept length, bonus token, accepted nodes, tree tokens
+    seq_next   [bucket]             seq_lens + accept lengths
+    bonus      [bucket]             the next roots
+    probs, ids [bucket, K]          the draft's top-K after the extend
+    hidden     [bucket, H]          its hidden state at the last emitted token
+
+Two forwards share the graph (the attention backends must declare
+``multi_forward_graphs``), each with its own static batch planned at capture and refreshed
+before the replay in capture order. Their slot inputs are copies of ``slots`` made before
+the replay (a plan may read them); the extend's tokens and positions are written inside the
+graph, before its forward reads them. Padded rows hold row 0, length 0, token 0, no links,
+a mask that sees only the node itself and the padding slot, so they read and write nothing
+real (their accept is the root alone). Greedy acceptance only: sampling needs per-request
+seeds and counters and stays eager.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from eagle_hal.backend import TreeMaskMode
+from eagle_hal.engine.chain_graph import record_with_own_outputs
+from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
+from eagle_hal.hal.sampling import NO_NODE, SamplingOps, VerifyTree
+
+__all__ = ["VerifyExtendGraph"]
+
+
+@dataclasses.dataclass
+class VerifyExtendGraph:
+    """One captured verify-accept-extend; see the module docstring."""
+
+    graph: DeviceGraph
+    attns: tuple[AttentionBackend, AttentionBackend]  # target's, draft's
+    batches: tuple[ForwardBatch, ForwardBatch]  # the static verify and extend batches
+    pad_slot: int
+    rows: torch.Tensor
+    seq_lens: torch.Tensor
+    slots: torch.Tensor
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    next_token: torch.Tensor
+    next_sibling: torch.Tensor
+    tree_mask: torch.Tensor
+    pad_mask: torch.Tensor  # [N, N] or [N]: a padded row's mask
+    verify_slots: torch.Tensor  # [bucket, N] the verify forward's out_cache_loc
+    extend_slots: torch.Tensor  # [bucket, W] the extend forward's out_cache_loc
+    outputs: tuple[torch.Tensor, ...]
+    filled: int = 0
+
+    @classmethod
+    def capture(
+        cls,
+        capture: GraphCapture,
+        runner: Any,
+        ops: SamplingOps,
+        *,
+        bucket: int,
+        steps: int,
+        topk: int,
+        nodes: int,
+        reserve: int,
+        aux_layers: tuple[int, ...],
+        vocab_size: int,
+        pad_slot: int,
+    ) -> VerifyExtendGraph:
+        """Static inputs holding padding only, both forwards planned in capture order, a
+        warm-up run, then the recorded iteration."""
+        target, draft = runner.target, runner.draft
+        target_attn, draft_attn = runner.target_attn, runner.draft_attn
+        device, slot_dtype, mask_mode = runner.device, runner.slot_dtype, runner.tree_mask_mode
+        width = steps + 1
+        long: dict[str, Any] = dict(dtype=torch.int64, device=device)
+        rows, seq_lens = torch.zeros(bucket, **long), torch.zeros(bucket, **long)
+        slots = torch.full((bucket, reserve), pad_slot, dtype=slot_dtype, device=device)
+        tokens, positions = torch.zeros(bucket, nodes, **long), torch.zeros(bucket, nodes, **long)
+        next_token = torch.full((bucket, nodes), NO_NODE, **long)
+        next_sibling = torch.full((bucket, nodes), NO_NODE, **long)
+        node = torch.arange(nodes, **long)
+        if mask_mode == TreeMaskMode.BIT_PACKED:
+            pad_mask = torch.ones_like(node) << node  # node i sees itself only
+        else:
+            pad_mask = torch.eye(nodes, dtype=torch.bool, device=device)
+        tree_mask = pad_mask.expand(bucket, *pad_mask.shape).contiguous()
+        verify_slots = torch.full((bucket, nodes), pad_slot, dtype=slot_dtype, device=device)
+        extend_slots = torch.full((bucket, width), pad_slot, dtype=slot_dtype, device=device)
+        extend_ids, extend_positions = (torch.zeros(bucket, width, **long) for _ in range(2))
+        verify = ForwardBatch(
+            mode=ForwardMode.TARGET_VERIFY, input_ids=tokens.view(-1),
+            positions=positions.view(-1), req_pool_indices=rows, prefix_lens=seq_lens,
+            extend_lens=torch.full((bucket,), nodes, **long), out_cache_loc=verify_slots.view(-1),
+            prefix_lens_cpu=(0,) * bucket, extend_lens_cpu=(nodes,) * bucket,
+            tree_mask=tree_mask, num_branches=1,
+        )
+        extend = ForwardBatch(
+            mode=ForwardMode.DRAFT_EXTEND, input_ids=extend_ids.view(-1),
+            positions=extend_positions.view(-1), req_pool_indices=rows, prefix_lens=seq_lens,
+            extend_lens=torch.full((bucket,), width, **long),
+            out_cache_loc=extend_slots.view(-1), prefix_lens_cpu=(0,) * bucket,
+            extend_lens_cpu=(width,) * bucket,
+        )
+        verify.attn_metadata = target_attn.plan_for_capture(verify)
+        extend.attn_metadata = draft_attn.plan_for_capture(extend)
+        column = torch.arange(width, **long)
+        batch_index = torch.arange(bucket, **long)
+
+        def iteration() -> tuple[torch.Tensor, ...]:
+            out = target.forward(verify, target_attn, aux_layers=aux_layers)
+            logits = target.compute_logits(out.hidden_states).view(bucket, nodes, -1)
+            predict = ops.masked_argmax(logits, vocab_size)  # [bucket, N]
+            result = ops.verify_greedy(tokens, next_token, next_sibling, predict, steps)
+            path = ops.compact_accepted(tokens, result.accepted_nodes, result.accept_lens,
+                                        verify_slots)
+            if topk > 1:  # a chain's accepted path is always in place
+                runner.target_kv.move_kv(path.kv_source.reshape(-1),
+                                         path.kv_destination.reshape(-1))
+            lens, bonus = result.accept_lens.long(), result.bonus_tokens.long()
+            shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [bucket, W]
+            extend_ids.copy_(torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None]))
+            extend_positions.copy_(seq_lens[:, None] + column)
+            features = draft.project_target_features(out)[path.hidden_index.reshape(-1)]
+            hidden_out = draft.forward(extend, draft_attn, extend.input_ids,
+                                       features.to(runner.dtype))  # [bucket * W, H]
+            last = hidden_out.view(bucket, width, -1)[batch_index, lens - 1]  # [bucket, H]
+            probs, ids = draft.topk(last, topk)
+            packed = torch.cat([lens.view(-1, 1), bonus.view(-1, 1),
+                                result.accepted_nodes.long(), tokens], dim=1)
+            return packed, seq_lens + lens, bonus, probs, ids, last
+
+        with capture.warmup():  # compiles kernels and settles lazy state off-graph
+            warm = iteration()
+        graph = capture.new_graph()
+        outputs = record_with_own_outputs(capture, graph, iteration, warm)
+        return cls(graph, (target_attn, draft_attn), (verify, extend), pad_slot, rows, seq_lens,
+                   slots, tokens, positions, next_token, next_sibling, tree_mask, pad_mask,
+                   verify_slots, extend_slots, outputs)
+
+    def replay(
+        self,
+        rows: torch.Tensor,
+        seq_lens: torch.Tensor,
+        bounds: Sequence[int],
+        slots: torch.Tensor,
+        tree: VerifyTree,
+    ) -> tuple[torch.Tensor, ...]:
+        """Refresh the inputs with a batch of B <= bucket requests (``bounds``: upper
+        bounds of their lengths, the host lengths the plans see), then both forwards'
+        metadata in capture order, and replay. Returns the outputs' first B rows, copied
+        (the next replay rewrites the graph's)."""
+        size = len(bounds)
+        nodes, width = self.tokens.shape[1], self.extend_slots.shape[1]
+        self.rows[:size].copy_(rows)
+        self.seq_lens[:size].copy_(seq_lens)
+        self.slots[:size].copy_(slots[:, : self.slots.shape[1]])
+        self.verify_slots[:size].copy_(slots[:, :nodes])
+        self.extend_slots[:size].copy_(slots[:, :width])
+        self.tokens[:size].copy_(tree.tokens)
+        self.positions[:size].copy_(tree.positions)
+        self.next_token[:size].copy_(tree.retrieve_next_token)
+        self.next_sibling[:size].copy_(tree.retrieve_next_sibling)
+        self.tree_mask[:size].copy_(tree.tree_mask.reshape(self.tree_mask[:size].shape))
+        if self.filled > size:  # a larger batch left real rows and slots behind
+            for tensor in (self.rows, self.seq_lens, self.tokens, self.positions):
+                tensor[size:].zero_()
+            for tensor in (self.next_token, self.next_sibling):
+                tensor[size:].fill_(NO_NODE)
+            for tensor in (self.slots, self.verify_slots, self.extend_slots):
+                tensor[size:].fill_(self.pad_slot)
+            self.tree_mask[size:].copy_(self.pad_mask.expand_as(self.tree_mask[size:]))
+        self.filled = size
+        prefix_lens_cpu = tuple(bounds) + (0,) * (self.rows.shape[0] - size)
+        updates = []
+        for attn, static in zip(self.attns, self.batches):
+            assert static.attn_metadata is not None
+            view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
+            attn.plan_for_replay(view, static.attn_metadata)
+            updates.append(attn.replay_host_updates(view, static.attn_metadata))
+        self.graph.replay(merge_host_updates(updates))
+        return tuple(out[:size].clone() for out in self.outputs)
