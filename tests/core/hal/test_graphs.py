@@ -67,3 +67,32 @@ def test_record_keeps_the_bodys_tensors_alive_as_long_as_the_graph():
     del graph
     gc.collect()
     assert offsets() is None
+
+
+def test_no_collection_collects_first_and_then_not_at_all():
+    """Captures run inside ``no_collection``: garbage cycles are freed before (a cycle made
+    earlier is gone on entry), none is freed inside (a cycle made inside survives however
+    many objects are allocated), and collection resumes after."""
+    import gc
+
+    from eagle_hal.hal.graphs import no_collection
+
+    freed: list[str] = []
+
+    class Cycle:
+        def __init__(self, name):
+            self.name, self.me = name, self
+
+        def __del__(self):
+            freed.append(self.name)
+
+    Cycle("before")
+    assert gc.isenabled()
+    with no_collection():
+        assert freed == ["before"] and not gc.isenabled()
+        Cycle("inside")
+        [[i] for i in range(100_000)]  # enough allocations to trigger a collection
+        assert freed == ["before"]
+    assert gc.isenabled()
+    gc.collect()
+    assert freed == ["before", "inside"]

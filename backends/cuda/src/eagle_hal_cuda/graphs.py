@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, no_collection
 
 __all__ = ["CudaGraph", "CudaGraphCapture"]
 
@@ -51,6 +51,13 @@ class CudaGraphCapture(GraphCapture):
         if not isinstance(graph, CudaGraph):
             raise TypeError(f"expected a graph from new_graph(), got {type(graph).__name__}")
         torch.cuda.synchronize(self.device)
+        with no_collection():  # no garbage holding device objects freed mid-capture
+            yield from self._capture(graph)
+        if self._pool is None:
+            self._pool = graph.graph.pool()
+        torch.cuda.synchronize(self.device)
+
+    def _capture(self, graph: CudaGraph) -> Iterator[None]:
         if self.uses_accelerator_graph:
             with torch.cuda.stream(self._stream):
                 graph.graph.capture_begin()
@@ -63,9 +70,6 @@ class CudaGraphCapture(GraphCapture):
                 self._pool = torch.cuda.graph_pool_handle()
             with torch.cuda.graph(graph.graph, pool=self._pool, stream=self._stream):
                 yield
-        if self._pool is None:
-            self._pool = graph.graph.pool()
-        torch.cuda.synchronize(self.device)
 
     @contextlib.contextmanager
     def warmup(self) -> Iterator[None]:

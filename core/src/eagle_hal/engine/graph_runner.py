@@ -129,6 +129,11 @@ class GraphRunner:
         self.tree_graphs = setting not in ("0", "false", "off", "no")
 
     @property
+    def total_replays(self) -> int:
+        """Graph replays of every kind: single forwards, draft loops, overlapped iterations."""
+        return self.replays + self.chain_replays + self.tree_replays + self.iteration_replays
+
+    @property
     def num_graphs(self) -> int:
         return len(self._graphs) + len(self._chains) + len(self._trees) + len(self._iterations)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import gc
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -28,9 +29,27 @@ __all__ = [
     "ModuleGraph",
     "ModuleGraphCapture",
     "merge_host_updates",
+    "no_collection",
 ]
 
 _T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """Collect Python's cyclic garbage now and none while inside. For a graph capture:
+    garbage that holds device objects (an earlier engine's graphs, events, pinned buffers)
+    freed during a capture calls the driver mid-capture (``cudaGraphDestroy``,
+    ``cudaEventDestroy``), which invalidates it ("operation failed due to a previous error
+    during capture", seen on the H200 when tests ran many engines in one process)."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def merge_host_updates(
@@ -138,7 +157,7 @@ class ModuleGraphCapture(GraphCapture):
             raise TypeError(
                 f"expected a {self.graph_type.__name__} from new_graph(), got {type(graph).__name__}"
             )
-        return self.device_module.graph(graph.graph, pool=self.pool)
+        return _guarded(self.device_module.graph(graph.graph, pool=self.pool))
 
     @contextlib.contextmanager
     def warmup(self) -> Iterator[None]:
@@ -149,6 +168,12 @@ class ModuleGraphCapture(GraphCapture):
         with self.device_module.stream(self._side_stream):
             yield
         self.device_module.current_stream().wait_stream(self._side_stream)
+
+
+@contextlib.contextmanager
+def _guarded(context: contextlib.AbstractContextManager[Any]) -> Iterator[Any]:
+    with no_collection(), context as value:
+        yield value
 
 
 @contextlib.contextmanager
