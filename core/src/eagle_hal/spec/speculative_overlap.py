@@ -243,7 +243,9 @@ def _launch(
         ops, logits, worker.vocab_size, tree.tokens, tree.retrieve_next_token,
         tree.retrieve_next_sibling, steps, sampling, seq_t if sampling.greedy else 2 * seq_t,
     )
-    path = ops.compact_accepted(tree.tokens, result.accepted_nodes, result.accept_lens, verify_slots)
+    path = ops.compact_accepted(
+        tree.tokens, result.accepted_nodes, result.accept_lens, verify_slots
+    )
     if topk > 1:  # a chain's accepted path is always in place
         runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
     # 5. draft extend over W tokens: the emitted ones (the path's drafts, then the bonus),
