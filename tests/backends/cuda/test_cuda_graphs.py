@@ -108,6 +108,32 @@ def test_overlapped_speculation_equals_speculation_read_back_each_iteration(
     assert [len(t) for t, _ in outputs[1]] == [40, 7, 31, 3, 18]
 
 
+@pytest.mark.parametrize("max_batch_size", [1, 5])
+def test_adaptive_overlapped_speculation_equals_plain_decoding(cuda_backend, pair,
+                                                               max_batch_size):
+    """The adaptive mode's iterations at S > 0 overlapped too, switching depth on a fixed
+    schedule (chains read back at each switch, the draft catching up after S = 0), with
+    graphs: the tokens of plain decoding (float32), every page back."""
+    from eagle_hal.testing.adaptive import ScriptedController
+
+    target, head = pair
+    params = [SamplingParams(max_new_tokens=n) for n in (40, 7, 31, 3, 18)]
+    plain = LLM.from_models(cuda_backend, target, None, spec=SpecConfig(num_steps=0), seed=0)
+    expected = [list(o.token_ids) for o in plain.generate(PROMPTS, params)]
+    spec = SpecConfig(3, 4, 16, adaptive=True, adaptive_steps=(0, 1, 3, 5))
+    llm = LLM.from_models(cuda_backend, target, head, spec=spec, seed=0,
+                          max_batch_size=max_batch_size)
+    assert llm.runner.enable_graphs() and llm.worker.overlap
+    controller = llm.worker.controller = ScriptedController([3, 3, 3, 5, 5, 0, 0, 0, 1, 1, 5])
+    out = llm.generate(PROMPTS, params)
+    got = [list(o.token_ids) for o in out]
+    assert got == expected
+    assert [len(t) for t in got] == [40, 7, 31, 3, 18]
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+    assert {s for s, *_ in controller.observed} >= {1, 3, 5}
+    assert llm.runner.graphs.iteration_replays > 0
+
+
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 3, 4), (4, 3, 16), (2, 4, 8)])
 @pytest.mark.parametrize("batch", [1, 5])
 @pytest.mark.parametrize("chain_graph", ["0", "1"])

@@ -156,7 +156,10 @@ class ScriptedDepths:
         self.observed.append((steps, accept_length))
 
 
-@pytest.mark.parametrize("cycle", [(0, 0, 0, 3, 0, 0, 1, 1, 0), (0, 3, 0, 3, 5, 0, 0, 0, 0, 0)])
+# S > 0 for two calls or more: its iterations overlap as well (spec.speculative_overlap),
+# and a chain's first call only launches, so a single call at S > 0 would observe nothing
+@pytest.mark.parametrize("cycle", [(0, 0, 0, 3, 3, 0, 0, 1, 1, 1, 0),
+                                   (0, 3, 3, 0, 3, 3, 5, 5, 0, 0, 0, 0, 0)])
 def test_adaptive_idle_iterations_overlap_and_the_draft_catches_up(backend, cycle):
     """At S = 0 the adaptive mode overlaps too; its read-back tokens and features feed the
     catch-up, and switching to S > 0 drops the iteration in flight. Oracles: plain

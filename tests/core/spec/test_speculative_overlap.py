@@ -17,6 +17,7 @@ from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.spec import speculative_overlap as module
 from eagle_hal.spec.config import SpecConfig
+from eagle_hal.testing.adaptive import ScriptedController
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_target
 from eagle_hal.testing.tokenizers import CharTokenizer
 
@@ -222,8 +223,8 @@ def test_an_eagle3_head(backend):
 
 
 def test_where_it_does_not_apply(backend, pair):
-    """The adaptive mode, the split pass (timed), FULL masks and attention backends that
-    read host lengths decode without overlap."""
+    """The split pass (timed), S = 0, FULL masks and attention backends that read host
+    lengths decode without overlap; the adaptive mode's S > 0 iterations overlap."""
     llm = LLM.from_models(backend, *pair, None, TREE, seed=0)
     worker = llm.worker
     worker.overlap = True
@@ -238,4 +239,111 @@ def test_where_it_does_not_apply(backend, pair):
     attn.tree_mask_mode = "tree_block"
     adaptive = LLM.from_models(backend, *pair, None, SpecConfig(3, 2, 6, adaptive=True), seed=0)
     adaptive.worker.overlap = True
-    assert not module.eligible(adaptive.worker, 3)
+    assert module.eligible(adaptive.worker, 3)
+    assert not module.eligible(adaptive.worker, 0)
+
+
+ADAPTIVE = SpecConfig(3, 2, 6, adaptive=True, adaptive_steps=(0, 1, 3, 5))
+SCHEDULE = [3, 3, 3, 3, 5, 5, 5, 0, 0, 0, 0, 1, 1, 3, 3, 0, 5, 5, 5, 5, 5]
+
+
+def scripted(backend, pair, schedule, *, graphs=False, **kwargs):
+    llm = LLM.from_models(backend, *pair, None, ADAPTIVE, seed=0, **kwargs)
+    if graphs:
+        assert llm.runner.enable_graphs()
+    llm.worker.overlap = True
+    llm.worker.controller = ScriptedController(schedule)
+    return llm
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+@pytest.mark.parametrize("max_batch_size", [1, 3])
+def test_the_adaptive_mode_overlaps_its_speculative_iterations(
+    backend, graph_backend, pair, graphs, max_batch_size, monkeypatch
+):
+    """Depths switching between S > 0 (overlapped chains), S = 0 (overlapped plain
+    decoding, the draft idle) and back (the draft catches up before the chain's first
+    launch): greedy tokens equal plain decoding's, every page comes back, the controller
+    sees each chain iteration once, with its accept length, and the catch-ups' time."""
+    params = lengths(30, 41, 17, 25, 33)
+    _, expected = run(backend, pair, PROMPTS, params, overlap=False, spec=SpecConfig(0))
+    applied = []
+    apply = module._apply
+    monkeypatch.setattr(module, "_apply", lambda *a: (applied.append(a[1].steps), apply(*a))[1])
+    llm = scripted(graph_backend if graphs else backend, pair, SCHEDULE, graphs=graphs,
+                   max_batch_size=max_batch_size)
+    outputs = llm.generate(PROMPTS, params)
+    assert [list(o.token_ids) for o in outputs] == [t for t, *_ in expected]
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+    observed = llm.worker.controller.observed
+    speculative = [o for o in observed if o[0] > 0]
+    assert {s for s, *_ in speculative} == {1, 3, 5}
+    assert len(speculative) <= len(applied)  # a finishing read-back is not observed
+    assert max(a for _, a, *_ in speculative) > 1.5  # a matching head: they speculated
+    assert any(c > 0 for *_, c in speculative)  # catch-ups after S = 0 were charged
+    assert llm.worker.catch_ups.catch_ups > 0
+    if graphs:
+        assert llm.runner.graphs.iteration_replays > 0
+
+
+def test_a_change_of_depth_reads_the_chain_back_instead_of_dropping_it(backend, pair,
+                                                                       monkeypatch):
+    """One request: every launched iteration but the last (dropped when the request
+    ends) is read back, across depth switches and the timed split pass too."""
+    launches, dropped = [], []
+    launch, discard = module._launch, module.discard
+    monkeypatch.setattr(module, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
+
+    def counting_discard(worker):
+        if worker._spec_flight is not None:
+            dropped.append(1)
+        discard(worker)
+
+    monkeypatch.setattr(module, "discard", counting_discard)
+    llm = scripted(backend, pair, [3, 3, 5, 5, 5, 1, 3, 3, 3])
+    out = llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=80, ignore_eos=True))
+    assert len(out[0].token_ids) == 80
+    assert len(launches) > 10 and len(dropped) <= 1
+    _, expected = run(backend, pair, [PROMPTS[0]], SamplingParams(max_new_tokens=80,
+                      ignore_eos=True), overlap=False, spec=SpecConfig(0))
+    assert list(out[0].token_ids) == expected[0][0]
+
+
+def test_a_change_of_tree_shape_starts_a_new_chain(backend, pair):
+    """The settings swapped between calls (same depth and K, another N; the draft's top-K
+    is as wide as K, so K stays): the iteration in flight was laid out with the old tree
+    and is read back, not continued."""
+    _, expected = run(backend, pair, PROMPTS, lengths(20, 20, 20, 20, 20), overlap=False,
+                      spec=SpecConfig(0))
+    llm = LLM.from_models(backend, *pair, None, SpecConfig(3, 2, 6), seed=0)
+    llm.worker.overlap = True
+    got: dict[int, list[int]] = {}
+    specs = [SpecConfig(3, 2, 6), SpecConfig(3, 2, 4), SpecConfig(3, 2, 5)]
+    for step, delta in enumerate(llm.stream(PROMPTS, lengths(20, 20, 20, 20, 20))):
+        got.setdefault(delta.request_id, []).extend(delta.token_ids)
+        llm.worker.spec = specs[(step // 5) % 3]
+    assert [got[rid] for rid in sorted(got)] == [t for t, *_ in expected]
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+
+
+def test_no_chain_is_started_that_cannot_continue(backend, pair, monkeypatch):
+    """Up to the end of the context at most the last launch is dropped: a new chain
+    starts only where its next launch fits too (else the calls could alternate between
+    launching a chain and dropping it), and iterations that do not fit run without
+    overlap, with the same tokens."""
+    launches, dropped = [], []
+    launch, discard = module._launch, module.discard
+    monkeypatch.setattr(module, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
+
+    def counting_discard(worker):
+        if worker._spec_flight is not None:
+            dropped.append(1)
+        discard(worker)
+
+    monkeypatch.setattr(module, "discard", counting_discard)
+    _, got = run(backend, pair, [PROMPTS[0]], SamplingParams(max_new_tokens=200,
+                 ignore_eos=True), overlap=True, max_context=64, spec=CHAIN)
+    assert len(launches) > 5 and len(dropped) <= 1
+    _, expected = run(backend, pair, [PROMPTS[0]], SamplingParams(max_new_tokens=200,
+                      ignore_eos=True), overlap=False, max_context=64, spec=CHAIN)
+    assert got == expected

@@ -36,7 +36,7 @@ seeds and counters and stays eager.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -47,7 +47,52 @@ from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 from eagle_hal.hal.sampling import NO_NODE, SamplingOps, VerifyTree
 
-__all__ = ["VerifyExtendGraph"]
+ExtendForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+__all__ = ["VerifyExtendGraph", "accept_and_extend"]
+
+
+def accept_and_extend(
+    runner: Any,
+    ops: SamplingOps,
+    out: Any,
+    result: Any,
+    tokens: torch.Tensor,
+    verify_slots: torch.Tensor,
+    seq_lens: torch.Tensor,
+    topk: int,
+    width: int,
+    extend: ExtendForward,
+) -> tuple[torch.Tensor, ...]:
+    """An overlapped iteration after its accept, on the device, eager or recorded alike:
+    move the accepted path to the front of the verify block, run the draft extend over
+    ``width`` tokens (the path's drafts then the bonus token, padded with the bonus) fed
+    the accepted nodes' features, and take the draft's top-K at each request's last
+    emitted token.
+
+    ``out`` the verify forward's output, ``result`` its ``AcceptResult``, ``tokens`` /
+    ``verify_slots`` ``[B, N]`` the verify tree's, ``seq_lens`` ``[B]`` int64 cached
+    lengths, ``extend(input_ids [B, W], positions [B, W], features [B * W, H])`` the
+    draft's extend forward, returning its hidden states ``[B * W, H]``. Returns
+    ``(packed [B, 2 + W + N], seq_lens + accept lengths, bonus [B], probs [B, K],
+    ids [B, K], hidden [B, H])``."""
+    batch = tokens.shape[0]
+    path = ops.compact_accepted(tokens, result.accepted_nodes, result.accept_lens, verify_slots)
+    if topk > 1:  # a chain's accepted path is always in place
+        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
+    lens, bonus = result.accept_lens.long(), result.bonus_tokens.long()  # [B] each
+    column = torch.arange(width, dtype=torch.int64, device=tokens.device)
+    shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [B, W]
+    input_ids = torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None])
+    features = runner.draft.project_target_features(out)[path.hidden_index.reshape(-1)]
+    hidden_out = extend(input_ids, seq_lens[:, None] + column, features.to(runner.dtype))
+    rows = torch.arange(batch, dtype=torch.int64, device=tokens.device)
+    last = hidden_out.view(batch, width, -1)[rows, lens - 1]  # [B, H] the last emitted
+    probs, ids = runner.draft.topk(last, topk)
+    packed = torch.cat(
+        [lens.view(-1, 1), bonus.view(-1, 1), result.accepted_nodes.long(), tokens.long()], dim=1
+    )
+    return packed, seq_lens + lens, bonus, probs, ids, last
 
 
 @dataclasses.dataclass
@@ -125,31 +170,18 @@ class VerifyExtendGraph:
         )
         verify.attn_metadata = target_attn.plan_for_capture(verify)
         extend.attn_metadata = draft_attn.plan_for_capture(extend)
-        column = torch.arange(width, **long)
-        batch_index = torch.arange(bucket, **long)
+        def run_extend(ids: torch.Tensor, at: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+            extend_ids.copy_(ids)  # the static batch's inputs, written inside the graph
+            extend_positions.copy_(at)
+            return draft.forward(extend, draft_attn, extend.input_ids, features)
 
         def iteration() -> tuple[torch.Tensor, ...]:
             out = target.forward(verify, target_attn, aux_layers=aux_layers)
             logits = target.compute_logits(out.hidden_states).view(bucket, nodes, -1)
             predict = ops.masked_argmax(logits, vocab_size)  # [bucket, N]
             result = ops.verify_greedy(tokens, next_token, next_sibling, predict, steps)
-            path = ops.compact_accepted(tokens, result.accepted_nodes, result.accept_lens,
-                                        verify_slots)
-            if topk > 1:  # a chain's accepted path is always in place
-                runner.target_kv.move_kv(path.kv_source.reshape(-1),
-                                         path.kv_destination.reshape(-1))
-            lens, bonus = result.accept_lens.long(), result.bonus_tokens.long()
-            shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [bucket, W]
-            extend_ids.copy_(torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None]))
-            extend_positions.copy_(seq_lens[:, None] + column)
-            features = draft.project_target_features(out)[path.hidden_index.reshape(-1)]
-            hidden_out = draft.forward(extend, draft_attn, extend.input_ids,
-                                       features.to(runner.dtype))  # [bucket * W, H]
-            last = hidden_out.view(bucket, width, -1)[batch_index, lens - 1]  # [bucket, H]
-            probs, ids = draft.topk(last, topk)
-            packed = torch.cat([lens.view(-1, 1), bonus.view(-1, 1),
-                                result.accepted_nodes.long(), tokens], dim=1)
-            return packed, seq_lens + lens, bonus, probs, ids, last
+            return accept_and_extend(runner, ops, out, result, tokens, verify_slots, seq_lens,
+                                     topk, width, run_extend)
 
         with capture.warmup():  # compiles kernels and settles lazy state off-graph
             warm = iteration()

@@ -37,9 +37,18 @@ requests in the same order: when one finishes, joins, is preempted or re-prefill
 iteration in flight is dropped (``discard``), its positions are recomputed by the next
 one, and the call after it starts a new chain. The engine's ``drain`` drops it too.
 
-Eligible: a fixed depth S > 0 (not the adaptive mode), not timed (the split pass), one
-process, graph-capturable tree-mask layouts (not ``FULL``), and attention backends that
-read lengths from the device. Elsewhere ``EagleWorker.decode`` runs without overlap.
+When the next call asks for something the iteration in flight cannot continue into
+(another depth or tree shape, the split pass's timed iterations, plain decoding), it is
+read back and applied instead (``finish``): its tokens are that call's, nothing launched
+is lost, and the call after it starts a new chain. That is how the adaptive mode switches
+depth: its S > 0 iterations run here as well, each observed by the controller when it is
+read back, with the call's wall time (one iteration's period once the chain runs); the
+draft's catch-up after a stretch at S = 0 runs before a chain's first launch and is
+charged to the first observation after it.
+
+Eligible: a depth S > 0, not timed (the split pass), one process, graph-capturable
+tree-mask layouts (not ``FULL``), and attention backends that read lengths from the
+device. Elsewhere ``EagleWorker.decode`` runs without overlap.
 """
 
 from __future__ import annotations
@@ -50,17 +59,21 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from eagle_hal.engine.iteration_graph import accept_and_extend
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import TreeShape
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
+from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.spec.worker import EagleWorker
 
-__all__ = ["SpecInFlight", "decode_speculative_overlapped", "discard", "eligible"]
+__all__ = [
+    "SpecInFlight", "decode_speculative_overlapped", "discard", "eligible", "finish", "same_batch",
+]
 
 
 @dataclasses.dataclass(slots=True)
@@ -69,6 +82,7 @@ class SpecInFlight:
 
     requests: list[Request]
     steps: int
+    spec: SpecConfig  # the settings at ``steps`` it ran with (K and N with S)
     reserve: int  # positions reserved past each request's launch length
     # each request's cached length when this iteration launched, as the host will know it
     # once the iteration before it is read back (its launch length on the device)
@@ -81,10 +95,15 @@ class SpecInFlight:
     roots_next: torch.Tensor  # [B] int64 bonus tokens: the next roots
     state_next: DraftState  # the draft's state after this iteration's extend
 
-    def carries(self, requests: Sequence[Request], steps: int) -> bool:
-        """Whether the next iteration of ``requests`` at depth ``steps`` can start from
-        this one: the same requests, in the same order, none finished or moved since."""
-        if steps != self.steps or len(requests) != len(self.requests):
+    def carries(self, requests: Sequence[Request], spec: SpecConfig) -> bool:
+        """Whether the next iteration of ``requests`` with settings ``spec`` can start
+        from this one: the same depth and tree shape, and ``same_batch``."""
+        return spec == self.spec and self.same_batch(requests)
+
+    def same_batch(self, requests: Sequence[Request]) -> bool:
+        """Whether ``requests`` are this iteration's, in the same order, none finished,
+        preempted or re-prefilled since it launched."""
+        if len(requests) != len(self.requests):
             return False
         return all(
             r is mine and r.table_row is not None and not r.finished and r.cached_len == e
@@ -104,7 +123,7 @@ def eligible(worker: EagleWorker, steps: int) -> bool:
     runner = worker.runner
     if not (worker.overlap and steps > 0 and worker.has_draft) or worker.timed:
         return False
-    if worker.controller is not None or runner.tree_mask_mode == TreeMaskMode.FULL:
+    if runner.tree_mask_mode == TreeMaskMode.FULL:
         return False
     if worker._spec_at(steps).draft_tokens < steps + 1:  # the path must fit the verify block
         return False
@@ -119,11 +138,27 @@ def discard(worker: EagleWorker) -> None:
     if flight is None:
         return
     worker._spec_flight = None
+    worker._unobserved_catch_up = 0.0  # its chain will not be observed
     table = worker.runner.table
     for request in reversed(flight.requests):
         row = request.table_row
         if row is not None and not request.finished and table.length(row) > request.cached_len:
             table.truncate(row, request.cached_len)
+
+
+def finish(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]] | None:
+    """Read back the speculative iteration in flight and apply it, launching nothing:
+    each request's emitted tokens, when ``requests`` are its batch unchanged (the call
+    switches depth, shape or mode); otherwise (or with none in flight) it is dropped
+    (``discard``) and ``None`` returned."""
+    flight: SpecInFlight | None = worker._spec_flight
+    if flight is None:
+        return None
+    if not flight.same_batch(requests):
+        discard(worker)
+        return None
+    worker._spec_flight = None
+    return _apply(worker, flight, 0)
 
 
 def decode_speculative_overlapped(
@@ -135,11 +170,11 @@ def decode_speculative_overlapped(
     cannot hold the extra reservation (the caller then decodes without overlap)."""
     runner = worker.runner
     flight: SpecInFlight | None = worker._spec_flight
-    carried = flight is not None and flight.carries(requests, steps)
+    spec = worker._spec_at(steps)
+    carried = flight is not None and flight.carries(requests, spec)
     if flight is not None and not carried:
         discard(worker)
         flight = None
-    spec = worker._spec_at(steps)
     num_nodes, topk = spec.draft_tokens, spec.topk
     width = steps + 1  # the longest accepted path: the root and S drafts
     reserve = max(num_nodes, steps * topk, width)
@@ -147,10 +182,17 @@ def decode_speculative_overlapped(
     # the most each request can have advanced on the device: the iteration in flight may
     # accept up to S drafts and its bonus
     bounds = [r.cached_len + (width if carried else 0) for r in requests]
-    if not _reserve(runner.table, rows, [b + reserve for b in bounds]):
+    # a new chain starts only where its next, carried launch will fit too: otherwise the
+    # calls would alternate between launching a chain and dropping it
+    needed = [r.cached_len + width + reserve for r in requests]
+    if not _fits(runner.table, rows, needed) or not _reserve(
+        runner.table, rows, [b + reserve for b in bounds]
+    ):
         discard(worker)
         return None
     batch_size = len(requests)
+    if not carried:  # the draft first consumes what it missed at S = 0 (adaptive mode)
+        worker.catch_up_timed(requests)
     sampling = worker._sampling(requests)  # built before the launch: it copies to the device
     if carried:
         assert flight is not None
@@ -179,15 +221,21 @@ def decode_speculative_overlapped(
     return emitted
 
 
-def _reserve(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
-    """Grow each row to at least its length if the context and the free pages allow."""
+def _fits(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
+    """Whether every row could grow to its length: within the context and the free pages."""
     if any(n > table.max_context for n in lengths):
         return False
     grow = [(row, n) for row, n in zip(rows, lengths) if n > table.length(row)]
-    if sum(table.pages_needed(row, n) for row, n in grow) > table.allocator.num_free_pages:
+    return sum(table.pages_needed(row, n) for row, n in grow) <= table.allocator.num_free_pages
+
+
+def _reserve(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
+    """Grow each row to at least its length if the context and the free pages allow."""
+    if not _fits(table, rows, lengths):
         return False
-    for row, n in grow:
-        table.reserve(row, n)
+    for row, n in zip(rows, lengths):
+        if n > table.length(row):
+            table.reserve(row, n)
     return True
 
 
@@ -226,9 +274,7 @@ def _launch(
             slots, tree,
         )
     if replayed is not None:
-        packed, seq_next, bonus, probs, ids, last = replayed
-        return _in_flight(runner, requests, steps, reserve, width, packed, seq_next, bonus,
-                          DraftState(probs, ids, last))
+        return _in_flight(runner, requests, steps, spec, reserve, width, replayed)
     # 3. verify
     verify_slots = slots[:, :num_nodes]
     batch = runner.make_batch(
@@ -238,54 +284,37 @@ def _launch(
     )
     out = runner.run_target(batch, worker.aux_layers)
     logits = runner.target.compute_logits(out.hidden_states).view(batch_size, num_nodes, -1)
-    # 4. accept, and move the accepted path to the front of the verify block
+    # 4. accept, then 5. move the path and extend the draft (as the graph does)
     result = accept_tree(
         ops, logits, worker.vocab_size, tree.tokens, tree.retrieve_next_token,
         tree.retrieve_next_sibling, steps, sampling, seq_t if sampling.greedy else 2 * seq_t,
     )
-    path = ops.compact_accepted(
-        tree.tokens, result.accepted_nodes, result.accept_lens, verify_slots
-    )
-    if topk > 1:  # a chain's accepted path is always in place
-        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
-    # 5. draft extend over W tokens: the emitted ones (the path's drafts, then the bonus),
-    # padded with the bonus; fed the accepted nodes' features (the index repeats the last)
-    lens = result.accept_lens.long()  # [B]
-    bonus = result.bonus_tokens.long()  # [B]
-    column = offsets[:width]
-    shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [B, W]
-    input_ids = torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None])
-    features = runner.draft.project_target_features(out)[path.hidden_index.reshape(-1)]
-    extend = runner.make_batch(
-        ForwardMode.DRAFT_EXTEND, input_ids=input_ids, positions=seq_t[:, None] + column,
-        rows=rows, prefix_lens=bounds, extend_lens=[width] * batch_size,
-        out_cache_loc=slots[:, :width], device_lens=(rows_t, seq_t, width_t),
-    )
-    hidden_out = runner.run_draft(extend, features.to(runner.dtype))  # [B * W, H]
-    last = hidden_out.view(batch_size, width, -1)[
-        torch.arange(batch_size, device=runner.device), lens - 1
-    ]  # [B, H] at each request's last emitted token
-    probs, ids = runner.draft.topk(last, worker.spec.topk)
-    packed = torch.cat(
-        [lens.view(-1, 1), bonus.view(-1, 1), result.accepted_nodes.long(), tree.tokens.long()],
-        dim=1,
-    )  # [B, 2 + W + N]
-    return _in_flight(runner, requests, steps, reserve, width, packed, seq_t + lens, bonus,
-                      DraftState(probs, ids, last))
+
+    def run_extend(ids: torch.Tensor, at: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+        extend = runner.make_batch(
+            ForwardMode.DRAFT_EXTEND, input_ids=ids, positions=at, rows=rows,
+            prefix_lens=bounds, extend_lens=[width] * batch_size,
+            out_cache_loc=slots[:, :width], device_lens=(rows_t, seq_t, width_t),
+        )
+        return runner.run_draft(extend, features)  # [B * W, H]
+
+    outputs = accept_and_extend(runner, ops, out, result, tree.tokens, verify_slots, seq_t,
+                                topk, width, run_extend)
+    return _in_flight(runner, requests, steps, spec, reserve, width, outputs)
 
 
 def _in_flight(
     runner: Any,
     requests: Sequence[Request],
     steps: int,
+    spec: SpecConfig,
     reserve: int,
     width: int,
-    packed: torch.Tensor,
-    seq_next: torch.Tensor,
-    bonus: torch.Tensor,
-    state: DraftState,
+    outputs: tuple[torch.Tensor, ...],
 ) -> SpecInFlight:
-    """The launched iteration, its packed results on their way to the host."""
+    """The launched iteration, its packed results on their way to the host; ``outputs``
+    as ``accept_and_extend`` returns them."""
+    packed, seq_next, bonus, probs, ids, last = outputs
     on_device = runner.device.type != "cpu"
     host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=on_device)
     host.copy_(packed, non_blocking=on_device)
@@ -293,8 +322,8 @@ def _in_flight(
     if on_device:
         ready = torch.Event(device=runner.device)
         ready.record()
-    return SpecInFlight(list(requests), steps, reserve, [], host, ready, width, seq_next, bonus,
-                        state)
+    return SpecInFlight(list(requests), steps, spec, reserve, [], host, ready, width, seq_next,
+                        bonus, DraftState(probs, ids, last))
 
 
 def _apply(worker: EagleWorker, flight: SpecInFlight, reserve: int) -> list[list[int]]:

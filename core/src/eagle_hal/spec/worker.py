@@ -113,6 +113,7 @@ class EagleWorker:
         self.overlap = overlap and runner.parallel.world_size == 1
         self._in_flight: InFlight | None = None
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
+        self._unobserved_catch_up = 0.0  # seconds, for the controller's next observation
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -210,15 +211,33 @@ class EagleWorker:
         start = time.perf_counter()
         batch_size = len(requests)
         steps = self.steps_for(batch_size)
+        overlappable = speculative_overlap.eligible(self, steps)
+        flight = self._spec_flight
+        if flight is not None and not (
+            overlappable and flight.carries(requests, self._spec_at(steps))
+        ):
+            # the speculative iteration in flight cannot be continued (another depth or
+            # shape, the timed split pass, S = 0): apply it, launching nothing this call
+            finished = speculative_overlap.finish(self, requests)
+            if finished is not None:
+                return finished
         if self.overlap and steps == 0 and not self.timed:
             speculative_overlap.discard(self)
             emitted = decode_overlapped(self, requests)
             if self.controller is not None and any(emitted):  # a call that only launched
                 self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - start)
             return emitted
-        if speculative_overlap.eligible(self, steps):
+        if overlappable:
+            discard_in_flight(self)  # an iteration at S = 0 in flight is recomputed
             overlapped = speculative_overlap.decode_speculative_overlapped(self, requests, steps)
             if overlapped is not None:
+                if self.controller is not None and any(overlapped):
+                    catch_up, self._unobserved_catch_up = self._unobserved_catch_up, 0.0
+                    accepted = sum(len(e) for e in overlapped) / batch_size
+                    self.controller.observe(
+                        batch_size, steps, accepted,
+                        time.perf_counter() - start + catch_up, catch_up,
+                    )
                 return overlapped
         speculative_overlap.discard(self)
         discard_in_flight(self)
@@ -371,6 +390,19 @@ class EagleWorker:
             pending.draft_lens, pending.extend_lens, eager=True,
         )
         return True
+
+    def catch_up_timed(self, requests: Sequence[Request]) -> None:
+        """``catch_up`` before a speculative chain launched with overlap; in the adaptive
+        mode its wall time is kept for the controller's next observation (the chain's
+        first iteration read back), which charges it to the probe."""
+        if self.controller is None:
+            self.catch_up(requests)
+            return
+        self.runner.backend.synchronize()
+        start = time.perf_counter()
+        if self.catch_up(requests):
+            self.runner.backend.synchronize()
+            self._unobserved_catch_up += time.perf_counter() - start
 
     def draft_states(self, requests: Sequence[Request]) -> DraftState:
         """The requests' draft states as the last draft extend left them, stacked ``[B, ...]``."""
