@@ -347,3 +347,21 @@ def test_no_chain_is_started_that_cannot_continue(backend, pair, monkeypatch):
     _, expected = run(backend, pair, [PROMPTS[0]], SamplingParams(max_new_tokens=200,
                       ignore_eos=True), overlap=False, max_context=64, spec=CHAIN)
     assert got == expected
+
+
+def test_the_controller_is_charged_the_engine_work_between_calls(backend, pair):
+    """The adaptive controller times an iteration from the end of the previous call on
+    the same batch, so the work done on the tokens between calls (here a 30 ms pause per
+    streamed delta, standing in for detokenising and stop checks) counts for every depth:
+    an accept length that saves calls saves that work too."""
+    import time
+
+    llm = scripted(backend, pair, [3, 3, 3, 3, 0, 0, 0, 0])
+    for _ in llm.stream([PROMPTS[0]], SamplingParams(max_new_tokens=40, ignore_eos=True)):
+        time.sleep(0.03)
+    observed = llm.worker.controller.observed
+    assert {s for s, *_ in observed} == {0, 3}
+    # a call that follows one which only launched (no tokens, no delta, no pause) is not
+    # charged a pause: it was not paid
+    paused = [seconds >= 0.03 for _, _, seconds, _ in observed]
+    assert sum(paused) >= len(paused) // 2

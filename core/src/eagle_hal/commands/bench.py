@@ -228,6 +228,13 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
         "kernels_compiled_while_timed": compiles.kernels,
         "token_ids": [list(o.token_ids) for o in outputs],
     }
+    snapshot = getattr(getattr(worker, "controller", None), "snapshot", None)
+    if snapshot is not None:  # the adaptive mode: per bucket, the depth and its estimates
+        row["controller"] = {
+            str(size): {"settled": settled,
+                        "tokens_per_request_s": {str(s): r for s, r in rates.items()}}
+            for size, (settled, rates) in snapshot().items()
+        }
     if split:
         llm.worker.timed, llm.worker.times = True, IterationTimes()
         llm.generate(prompts, params)

@@ -114,6 +114,7 @@ class EagleWorker:
         self._in_flight: InFlight | None = None
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
         self._unobserved_catch_up = 0.0  # seconds, for the controller's next observation
+        self._last_decode: tuple[tuple[int, ...], float] | None = None  # batch, end time
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -170,6 +171,7 @@ class EagleWorker:
     @torch.inference_mode()
     def prefill(self, requests: Sequence[Request]) -> list[list[int]]:
         runner = self.runner
+        self._last_decode = None  # the next decode's period would include this prefill
         contexts = [Scheduler.context_ids(r) for r in requests]
         lengths = [len(c) for c in contexts]
         rows = [self._row(r) for r in requests]
@@ -208,7 +210,19 @@ class EagleWorker:
 
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
+        key = tuple(r.request_id for r in requests)
         start = time.perf_counter()
+        # the adaptive controller's clock: from the end of the previous call on the same
+        # batch (so the engine's own work on the tokens, which grows with the accept
+        # length, is counted), else from the start of this one
+        previous = self._last_decode
+        since = previous[1] if previous is not None and previous[0] == key else start
+        try:
+            return self._decode(requests, start, since)
+        finally:
+            self._last_decode = (key, time.perf_counter())
+
+    def _decode(self, requests: Sequence[Request], start: float, since: float) -> list[list[int]]:
         batch_size = len(requests)
         steps = self.steps_for(batch_size)
         overlappable = speculative_overlap.eligible(self, steps)
@@ -225,7 +239,7 @@ class EagleWorker:
             speculative_overlap.discard(self)
             emitted = decode_overlapped(self, requests)
             if self.controller is not None and any(emitted):  # a call that only launched
-                self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - start)
+                self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - since)
             return emitted
         if overlappable:
             discard_in_flight(self)  # an iteration at S = 0 in flight is recomputed
@@ -236,7 +250,7 @@ class EagleWorker:
                     accepted = sum(len(e) for e in overlapped) / batch_size
                     self.controller.observe(
                         batch_size, steps, accepted,
-                        time.perf_counter() - start + catch_up, catch_up,
+                        time.perf_counter() - since + catch_up, catch_up,
                     )
                 return overlapped
         speculative_overlap.discard(self)
@@ -353,7 +367,7 @@ class EagleWorker:
         if self.controller is not None:
             mean_accept = sum(accept_lens) / batch_size
             self.controller.observe(
-                batch_size, steps, mean_accept, t_extend - start,
+                batch_size, steps, mean_accept, t_extend - since,
                 t_catch_up - start if caught_up else 0.0,
             )
         if self.timed:
