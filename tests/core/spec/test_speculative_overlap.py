@@ -365,3 +365,24 @@ def test_the_controller_is_charged_the_engine_work_between_calls(backend, pair):
     # charged a pause: it was not paid
     paused = [seconds >= 0.03 for _, _, seconds, _ in observed]
     assert sum(paused) >= len(paused) // 2
+
+
+@pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
+def test_a_request_finishing_does_not_drop_the_others_iteration(backend, pair, spec,
+                                                                monkeypatch):
+    """Five requests finishing one by one: the iteration in flight at each batch change
+    is applied to the requests still running, not dropped; only the last request's last
+    launch is. Tokens as without overlap."""
+    dropped = []
+    discard = module.discard
+
+    def counting_discard(worker):
+        if worker._spec_flight is not None:
+            dropped.append(1)
+        discard(worker)
+
+    monkeypatch.setattr(module, "discard", counting_discard)
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (12, 40, 5, 25, 33)]
+    _, got, expected = both(backend, pair, PROMPTS, params, spec=spec, max_batch_size=5)
+    assert got == expected
+    assert len(dropped) <= 1  # the last request's last launch

@@ -32,15 +32,17 @@ replaced by device tensors:
 
 The tokens are those of the iteration without overlap (same inputs, same arithmetic on
 the same shapes, except the draft extend's padding, which causal attention keeps from
-the real tokens). An iteration is kept in flight only while the batch stays the same
+the real tokens). An iteration is continued only while the batch stays the same
 requests in the same order: when one finishes, joins, is preempted or re-prefilled, the
-iteration in flight is dropped (``discard``), its positions are recomputed by the next
-one, and the call after it starts a new chain. The engine's ``drain`` drops it too.
+iteration in flight is applied to the requests still running unchanged (``finish``; a
+preempted or re-prefilled request's part is dropped and recomputed), and the call after
+it starts a new chain. The engine's ``drain`` drops it (``discard``).
 
 When the next call asks for something the iteration in flight cannot continue into
-(another depth or tree shape, the split pass's timed iterations, plain decoding), it is
-read back and applied instead (``finish``): its tokens are that call's, nothing launched
-is lost, and the call after it starts a new chain. That is how the adaptive mode switches
+(another depth or tree shape, the split pass's timed iterations, plain decoding, another
+batch), it is read back and applied instead (``finish``), for the requests still running
+in the new batch: its tokens are that call's, nothing launched for them is lost, and the
+call after it starts a new chain. That is how the adaptive mode switches
 depth: its S > 0 iterations run here as well, each observed by the controller when it is
 read back, with the call's wall time (one iteration's period once the chain runs); the
 draft's catch-up after a stretch at S = 0 runs before a chain's first launch and is
@@ -147,18 +149,32 @@ def discard(worker: EagleWorker) -> None:
 
 
 def finish(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]] | None:
-    """Read back the speculative iteration in flight and apply it, launching nothing:
-    each request's emitted tokens, when ``requests`` are its batch unchanged (the call
-    switches depth, shape or mode); otherwise (or with none in flight) it is dropped
-    (``discard``) and ``None`` returned."""
+    """Read back the speculative iteration in flight and apply it, launching nothing, for
+    those of its requests that are still running unchanged and in ``requests`` (the call
+    switches depth, shape or mode, or the batch changed): each request's emitted tokens
+    (``[]`` for one not in flight). The others give back their reserved positions, as
+    ``discard`` does. ``None`` (nothing applied) when none qualifies or none is in flight."""
     flight: SpecInFlight | None = worker._spec_flight
     if flight is None:
         return None
-    if not flight.same_batch(requests):
+    wanted = {id(r) for r in requests}
+    keep = [
+        id(r) in wanted and r.table_row is not None and not r.finished and r.cached_len == e
+        for r, e in zip(flight.requests, flight.expected)
+    ]
+    if not any(keep):
         discard(worker)
         return None
     worker._spec_flight = None
-    return _apply(worker, flight, 0)
+    table = worker.runner.table
+    for request, kept in zip(reversed(flight.requests), reversed(keep)):
+        row = request.table_row
+        if not kept and row is not None and not request.finished:
+            if table.length(row) > request.cached_len:
+                table.truncate(row, request.cached_len)
+    emitted = _apply(worker, flight, 0, keep)
+    by_request = {id(r): e for r, e, k in zip(flight.requests, emitted, keep) if k}
+    return [by_request.get(id(r), []) for r in requests]
 
 
 def decode_speculative_overlapped(
@@ -326,27 +342,38 @@ def _in_flight(
                         bonus, DraftState(probs, ids, last))
 
 
-def _apply(worker: EagleWorker, flight: SpecInFlight, reserve: int) -> list[list[int]]:
+def _apply(
+    worker: EagleWorker, flight: SpecInFlight, reserve: int, keep: Sequence[bool] | None = None
+) -> list[list[int]]:
     """Read ``flight`` back and advance the host to it: cached lengths, the table rows
-    (keeping ``reserve`` positions for the iteration launched since), the draft's state.
-    Returns each request's emitted tokens."""
+    (keeping ``reserve`` positions for the iteration launched since), the draft's state;
+    only for the requests ``keep`` marks (all by default). Returns each request's emitted
+    tokens (``[]`` for one not kept)."""
     table = worker.runner.table
     width = flight.width
+    kept = list(keep) if keep is not None else [True] * len(flight.requests)
     emitted = []
-    for request, packed in zip(flight.requests, flight.read()):
+    for request, packed, k in zip(flight.requests, flight.read(), kept):
+        if not k:
+            emitted.append([])
+            continue
         accepted, bonus = packed[0], packed[1]
         path = packed[2 : 2 + accepted]
         tokens = packed[2 + width :]
         emitted.append([tokens[node] for node in path[1:]] + [bonus])
         request.cached_len += accepted
     # in reverse, as the worker truncates: the next reserves get the same slots back
-    for request in reversed(flight.requests):
+    for request, k in zip(reversed(flight.requests), reversed(kept)):
+        if not k:
+            continue
         assert request.table_row is not None
-        keep = request.cached_len + reserve
-        if table.length(request.table_row) > keep:
-            table.truncate(request.table_row, keep)
-    key = tuple(r.request_id for r in flight.requests)
-    worker._batch_state = (key, flight.state_next)
-    for b, request in enumerate(flight.requests):
-        worker._state[request.request_id] = (flight.state_next, b)
+        limit = request.cached_len + reserve
+        if table.length(request.table_row) > limit:
+            table.truncate(request.table_row, limit)
+    if all(kept):
+        key = tuple(r.request_id for r in flight.requests)
+        worker._batch_state = (key, flight.state_next)
+    for b, (request, k) in enumerate(zip(flight.requests, kept)):
+        if k:
+            worker._state[request.request_id] = (flight.state_next, b)
     return emitted

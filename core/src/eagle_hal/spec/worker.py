@@ -115,6 +115,7 @@ class EagleWorker:
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
         self._unobserved_catch_up = 0.0  # seconds, for the controller's next observation
         self._last_decode: tuple[tuple[int, ...], float] | None = None  # batch, end time
+        self._unobserved = 0.0  # seconds of calls that emitted nothing since the last report
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -218,9 +219,21 @@ class EagleWorker:
         previous = self._last_decode
         since = previous[1] if previous is not None and previous[0] == key else start
         try:
-            return self._decode(requests, start, since)
+            emitted = self._decode(requests, start, since)
         finally:
             self._last_decode = (key, time.perf_counter())
+        if self.controller is not None and not any(emitted):
+            # a call that only launched: its time is the next observation's
+            self._unobserved += self._last_decode[1] - since
+        return emitted
+
+    def _observe(self, batch_size: int, steps: int, accept: float, seconds: float,
+                 catch_up: float = 0.0) -> None:
+        """Report an iteration to the controller, with the time of the calls since the
+        last report that emitted nothing (a chain's first launch after a switch)."""
+        assert self.controller is not None
+        seconds, self._unobserved = seconds + self._unobserved, 0.0
+        self.controller.observe(batch_size, steps, accept, seconds, catch_up)
 
     def _decode(self, requests: Sequence[Request], start: float, since: float) -> list[list[int]]:
         batch_size = len(requests)
@@ -234,12 +247,16 @@ class EagleWorker:
             # shape, the timed split pass, S = 0): apply it, launching nothing this call
             finished = speculative_overlap.finish(self, requests)
             if finished is not None:
+                if self.controller is not None:  # an iteration at the flight's depth
+                    advanced = [len(e) for e in finished if e]
+                    self._observe(batch_size, flight.steps, sum(advanced) / len(advanced),
+                                  time.perf_counter() - since)
                 return finished
         if self.overlap and steps == 0 and not self.timed:
             speculative_overlap.discard(self)
             emitted = decode_overlapped(self, requests)
             if self.controller is not None and any(emitted):  # a call that only launched
-                self.controller.observe(batch_size, 0, 1.0, time.perf_counter() - since)
+                self._observe(batch_size, 0, 1.0, time.perf_counter() - since)
             return emitted
         if overlappable:
             discard_in_flight(self)  # an iteration at S = 0 in flight is recomputed
@@ -248,10 +265,8 @@ class EagleWorker:
                 if self.controller is not None and any(overlapped):
                     catch_up, self._unobserved_catch_up = self._unobserved_catch_up, 0.0
                     accepted = sum(len(e) for e in overlapped) / batch_size
-                    self.controller.observe(
-                        batch_size, steps, accepted,
-                        time.perf_counter() - since + catch_up, catch_up,
-                    )
+                    self._observe(batch_size, steps, accepted,
+                                  time.perf_counter() - since + catch_up, catch_up)
                 return overlapped
         speculative_overlap.discard(self)
         discard_in_flight(self)
@@ -366,7 +381,7 @@ class EagleWorker:
 
         if self.controller is not None:
             mean_accept = sum(accept_lens) / batch_size
-            self.controller.observe(
+            self._observe(
                 batch_size, steps, mean_accept, t_extend - since,
                 t_catch_up - start if caught_up else 0.0,
             )
