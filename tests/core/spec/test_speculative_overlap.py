@@ -386,3 +386,20 @@ def test_a_request_finishing_does_not_drop_the_others_iteration(backend, pair, s
     _, got, expected = both(backend, pair, PROMPTS, params, spec=spec, max_batch_size=5)
     assert got == expected
     assert len(dropped) <= 1  # the last request's last launch
+
+
+def test_a_change_of_depth_is_charged_to_the_probe(backend, pair):
+    """The calls between a change of depth and the first report at the new depth (the
+    old chain's read-back, the new chain's first launch) are a cost of switching: they
+    reach the controller as the catch-up part of that report, which it charges to the
+    probe rather than to the depth's steady state; reports within a run of one depth
+    carry none (nor a draft catch-up: the draft runs every iteration there)."""
+    llm = scripted(backend, pair, [3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 5, 5, 5, 5, 5])
+    llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=80, ignore_eos=True))
+    observed = llm.worker.controller.observed
+    assert {s for s, *_ in observed} == {0, 3, 5}
+    changes = [(a, b) for a, b in zip(observed, observed[1:]) if a[0] != b[0]]
+    steady = [(a, b) for a, b in zip(observed, observed[1:]) if a[0] == b[0]]
+    assert len(changes) >= 4 and steady
+    assert all(0 < b[3] <= b[2] for _, b in changes)
+    assert all(b[3] == 0 for _, b in steady)

@@ -115,7 +115,11 @@ class EagleWorker:
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
         self._unobserved_catch_up = 0.0  # seconds, for the controller's next observation
         self._last_decode: tuple[tuple[int, ...], float] | None = None  # batch, end time
-        self._unobserved = 0.0  # seconds of calls that emitted nothing since the last report
+        # calls that reported nothing to the controller since its last report: seconds
+        # charged to the depth, seconds of a change of depth, whether one is under way
+        self._unreported = self._switch_seconds = 0.0
+        self._in_switch, self._reported = False, False
+        self._previous_steps: int | None = None
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -218,26 +222,42 @@ class EagleWorker:
         # length, is counted), else from the start of this one
         previous = self._last_decode
         since = previous[1] if previous is not None and previous[0] == key else start
+        steps = self.steps_for(len(requests))
+        if steps != self._previous_steps:
+            # a change of depth: the calls until the next report (the read-back of the
+            # chain in flight, the new chain's first launch) are the switch's cost
+            self._in_switch = True
+        self._previous_steps = steps
+        self._reported = False
         try:
-            emitted = self._decode(requests, start, since)
+            emitted = self._decode(requests, steps, start, since)
         finally:
             self._last_decode = (key, time.perf_counter())
-        if self.controller is not None and not any(emitted):
-            # a call that only launched: its time is the next observation's
-            self._unobserved += self._last_decode[1] - since
+        if self.controller is not None and not self._reported:
+            elapsed = self._last_decode[1] - since
+            if self._in_switch:
+                self._switch_seconds += elapsed
+            else:  # a chain restarted after the batch changed: a cost of the depth itself
+                self._unreported += elapsed
         return emitted
 
     def _observe(self, batch_size: int, steps: int, accept: float, seconds: float,
                  catch_up: float = 0.0) -> None:
-        """Report an iteration to the controller, with the time of the calls since the
-        last report that emitted nothing (a chain's first launch after a switch)."""
+        """Report an iteration to the controller, with the time of the calls since its
+        last report that reported nothing: those of a change of depth are charged to the
+        probe (as a catch-up is), the others (a chain's first launch after the batch
+        changed) to the depth."""
         assert self.controller is not None
-        seconds, self._unobserved = seconds + self._unobserved, 0.0
-        self.controller.observe(batch_size, steps, accept, seconds, catch_up)
+        switch = self._switch_seconds
+        seconds += self._unreported + switch
+        self._unreported = self._switch_seconds = 0.0
+        self._in_switch, self._reported = False, True
+        self.controller.observe(batch_size, steps, accept, seconds, catch_up + switch)
 
-    def _decode(self, requests: Sequence[Request], start: float, since: float) -> list[list[int]]:
+    def _decode(
+        self, requests: Sequence[Request], steps: int, start: float, since: float
+    ) -> list[list[int]]:
         batch_size = len(requests)
-        steps = self.steps_for(batch_size)
         overlappable = speculative_overlap.eligible(self, steps)
         flight = self._spec_flight
         if flight is not None and not (
@@ -247,7 +267,8 @@ class EagleWorker:
             # shape, the timed split pass, S = 0): apply it, launching nothing this call
             finished = speculative_overlap.finish(self, requests)
             if finished is not None:
-                if self.controller is not None:  # an iteration at the flight's depth
+                if self.controller is not None and not self._in_switch:
+                    # the batch changed: an iteration at the flight's depth
                     advanced = [len(e) for e in finished if e]
                     self._observe(batch_size, flight.steps, sum(advanced) / len(advanced),
                                   time.perf_counter() - since)
