@@ -129,14 +129,17 @@ def test_plain_decoding_padded_to_a_bucket(backends, pair):
     assert llm.runner.graphs.replays > 0 and llm.used_pages == 0
 
 
-@pytest.mark.parametrize("topk,steps,nodes", [(1, 2, 3), (2, 2, 4)])
-def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, steps, nodes):
+@pytest.mark.parametrize("topk,steps,nodes", [(1, 2, 3), (2, 2, 4), (4, 3, 9)])
+@pytest.mark.parametrize("masks", ["tree_block", "bit_packed"])
+def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, steps, nodes, masks):
     """Chain and tree drafting with captured draft/verify/extend forwards (the chain's
     and the tree's draft loop as one graph each) equal plain decoding; batches
-    of 1 and 3, a bucket too small for 3 (eager fallback)."""
+    of 1 and 3, a bucket too small for 3 (eager fallback); tree-block and bit-packed
+    verify masks (a captured verify's static mask takes the backend's layout)."""
     target, head = pair
     expected = plain(backends[0], target, PROMPTS)
-    llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(steps, topk, nodes), seed=0)
+    backend = backends[2] if masks == "tree_block" else _backend(BitPackedReplayingBackend)
+    llm = LLM.from_models(backend, target, head, spec=SpecConfig(steps, topk, nodes), seed=0)
     llm.runner.enable_graphs((1, 2))
     got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]  # batch 3: eager
     got_one = [o.token_ids for o in llm.generate(PROMPTS[:1], PARAMS)]  # batch 1: graphs

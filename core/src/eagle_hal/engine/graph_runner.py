@@ -365,8 +365,13 @@ class GraphRunner:
         tree_mask = None
         if batch.tree_mask is not None:
             # padded requests see only themselves: any mask with a true diagonal would do
-            eye = torch.eye(n, dtype=batch.tree_mask.dtype, device=device)
-            tree_mask = eye.expand(bucket, n, n).contiguous()
+            if self.runner.tree_mask_mode == TreeMaskMode.BIT_PACKED:  # [B, N] words
+                node = torch.arange(n, **long)
+                words = (torch.ones_like(node) << node).to(batch.tree_mask.dtype)
+                tree_mask = words.expand(bucket, n).contiguous()
+            else:  # tree-block [B, N, N]
+                eye = torch.eye(n, dtype=batch.tree_mask.dtype, device=device)
+                tree_mask = eye.expand(bucket, n, n).contiguous()
         draft_kv_slots = None
         if batch.draft_kv_slots is not None:
             depth = batch.draft_kv_slots.shape[1]
@@ -431,8 +436,8 @@ class GraphRunner:
             static.prefix_lens[size:].zero_()
             static.out_cache_loc[tokens:].fill_(self.pad_slot)
         if static.tree_mask is not None and batch.tree_mask is not None:
-            n = entry.tokens_per_request
-            static.tree_mask[:size].copy_(batch.tree_mask.reshape(size, n, n))
+            rows = static.tree_mask[:size]
+            rows.copy_(batch.tree_mask.reshape(rows.shape))
         if static.draft_kv_slots is not None and batch.draft_kv_slots is not None:
             static.draft_kv_slots[:tokens].copy_(batch.draft_kv_slots)
             if stale:

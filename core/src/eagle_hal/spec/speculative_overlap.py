@@ -32,7 +32,10 @@ replaced by device tensors:
 
 The tokens are those of the iteration without overlap (same inputs, same arithmetic on
 the same shapes, except the draft extend's padding, which causal attention keeps from
-the real tokens). An iteration is continued only while the batch stays the same
+the real tokens). Bit-equal in float32 (the tests); in 16-bit the draft extend's
+fixed width can change a kernel's split or tile choice and so round the draft's hidden
+state differently, which may change a drafted token at a near-tie: the accept length,
+never the output (verification decides the tokens). An iteration is continued only while the batch stays the same
 requests in the same order: when one finishes, joins, is preempted or re-prefilled, the
 iteration in flight is applied to the requests still running unchanged (``finish``; a
 preempted or re-prefilled request's part is dropped and recomputed), and the call after
