@@ -35,7 +35,8 @@ the same shapes, except the draft extend's padding, which causal attention keeps
 the real tokens). Bit-equal in float32 (the tests); in 16-bit the draft extend's
 fixed width can change a kernel's split or tile choice and so round the draft's hidden
 state differently, which may change a drafted token at a near-tie: the accept length,
-never the output (verification decides the tokens). An iteration is continued only while the batch stays the same
+and, through the verify's 16-bit rounding over another tree, possibly a near-tie of the
+target's as well, as speculative against plain decoding in 16-bit may anyway. An iteration is continued only while the batch stays the same
 requests in the same order: when one finishes, joins, is preempted or re-prefilled, the
 iteration in flight is applied to the requests still running unchanged (``finish``; a
 preempted or re-prefilled request's part is dropped and recomputed), and the call after
