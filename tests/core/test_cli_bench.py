@@ -73,6 +73,36 @@ def test_benchmark_rows_and_results(tmp_path):
     assert all(path.exists() for path in written)
 
 
+def test_modes_are_warmed_up_first_then_their_timed_runs_interleaved(monkeypatch):
+    """Every mode of a batch size is built and warmed up before any timed run, and the
+    timed runs go round the modes (plain, chain, tree, plain, ...), so that a machine
+    whose speed drifts weighs on every mode alike; each row keeps its own runs."""
+    events = []
+    init, run_once = bench._Measurement.__init__, bench._Measurement.run_once
+
+    def recording_init(self, llm, *args):
+        init(self, llm, *args)
+        events.append(("warm", "plain" if llm.runner.draft is None else llm.worker.spec.topk))
+
+    def recording_run(self):
+        events.append(("run", "plain" if self.llm.runner.draft is None
+                       else self.llm.worker.spec.topk))
+        return run_once(self)
+
+    monkeypatch.setattr(bench._Measurement, "__init__", recording_init)
+    monkeypatch.setattr(bench._Measurement, "run_once", recording_run)
+    target = near_bigram_target(seed=5)
+    config = bench.BenchConfig(modes=("plain", "chain", "tree"), batch_sizes=(1,),
+                               max_new_tokens=6, steps=2, topk=2, draft_tokens=4, repeats=3,
+                               split_timing=False)
+    rows = bench.benchmark(select_backend("cpu"), target, matching_eagle1(target, noise=0.02),
+                           [[1, 2, 3], [7, 8, 9]], config)
+    order = ["plain", 1, 2]
+    assert events == [("warm", m) for m in order] + [("run", m) for m in order] * 3
+    assert [len(r["tokens_per_s_runs"]) for r in rows] == [3, 3, 3]
+    assert all(r["same_as_plain"] for r in rows)
+
+
 def test_match_with_plain_counts_identical_outputs_and_the_common_prefix() -> None:
     from eagle_hal.commands.bench import match_with_plain
 

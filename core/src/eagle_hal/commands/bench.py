@@ -6,7 +6,8 @@ generation per graph bucket the run passes through as its requests finish, as a 
 captures its graphs at start-up; adaptive: until the controller has settled at each of
 those sizes, so that the timed run holds no warm-up iteration), then decodes the
 prompts ``--repeats`` times (default 3) for throughput (output tokens/s of the median run,
-every run's kept; accept length), then once more with per-phase synchronisation for the
+every run's kept; accept length), the modes' timed runs interleaved (every mode is built
+and warmed up first, then plain, chain, ..., plain, chain, ...), then once more with per-phase synchronisation for the
 split of an iteration into draft / verify / accept / draft-extend / catch-up. Each row also
 says how many graphs were captured, catch-ups run and Triton kernels compiled while timed
 (one-off costs the warm-up missed) and how many iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
@@ -162,14 +163,108 @@ def settle(llm: Any, batch: list[list[int]], params: Any, max_rounds: int = 8) -
             return
 
 
-def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
-             split: bool, repeats: int = 1) -> dict[str, Any]:
-    """Warm ``llm`` up, then time ``repeats`` generations of ``prompts``: tokens/s is the
-    median of the runs' (each run's kept); outputs, token counts and accept figures are
-    the last run's; captures and iterations per depth are summed over the runs."""
-    from eagle_hal.spec.worker import IterationTimes
+class _Measurement:
+    """One (mode, batch size) being measured: built warm (``_warm_up``), then timed one
+    generation at a time (``run_once``), so that ``benchmark`` can interleave the modes'
+    timed runs; ``row`` summarises. Tokens/s is the median of the runs' (each run's kept);
+    outputs, token counts and accept figures are the last run's; captures, iterations
+    per depth, catch-ups and kernel compiles are summed over the runs."""
 
-    backend = llm.backend
+    def __init__(self, llm: Any, prompts: list[list[int]], params: Any, batch_size: int) -> None:
+        self.llm, self.prompts, self.params = llm, prompts, params
+        self.graphs = False  # whether the engine replays device graphs (the caller's to say)
+        _warm_up(llm, prompts, params, batch_size)
+        worker = llm.worker
+        graphs = getattr(llm.runner, "graphs", None)
+        self.captured_before = graphs.num_graphs if graphs is not None else 0
+        self.depths = getattr(worker, "iterations_at_depth", None)
+        if self.depths is not None:
+            self.depths.clear()
+        catch_ups = getattr(worker, "catch_ups", None)
+        self.catch_ups_before = dataclasses.replace(catch_ups) if catch_ups is not None else None
+        self.durations: list[float] = []
+        self.runs: list[float] = []  # tokens/s of each timed run
+        self.outputs: list[Any] = []
+        self.compiles: int | None = None
+        self.kernels: list[str] = []
+
+    def run_once(self) -> float:
+        """One timed generation of the prompts; returns its tokens/s."""
+        backend = self.llm.backend
+        with _KernelCompiles() as compiles:
+            backend.synchronize()
+            start = time.perf_counter()
+            self.outputs = self.llm.generate(self.prompts, self.params)
+            backend.synchronize()
+            self.durations.append(time.perf_counter() - start)
+        if compiles.count is not None:
+            self.compiles = (self.compiles or 0) + compiles.count
+            self.kernels += compiles.kernels
+        tokens = sum(o.num_tokens for o in self.outputs)
+        self.runs.append(tokens / max(self.durations[-1], 1e-9))
+        return self.runs[-1]
+
+    def row(self, split: bool) -> dict[str, Any]:
+        """The row of the timed runs, then (``split``) the per-phase split pass."""
+        from eagle_hal.spec.worker import IterationTimes
+
+        llm, outputs, worker = self.llm, self.outputs, self.llm.worker
+        graphs = getattr(llm.runner, "graphs", None)
+        catch_ups, before = getattr(worker, "catch_ups", None), self.catch_ups_before
+        tokens = sum(o.num_tokens for o in outputs)
+        passes = sum(o.stats.verify_steps for o in outputs)
+        accepted = sum(o.stats.accepted_tokens for o in outputs)
+        row: dict[str, Any] = {
+            "tokens_per_s": statistics.median(self.runs),
+            "tokens_per_s_runs": list(self.runs),
+            "accept_length": accepted / passes if passes else 0.0,
+            "output_tokens": tokens, "seconds": statistics.median(self.durations),
+            "verify_passes": passes,
+            "accept_length_histogram": dict(sorted(Counter(
+                round(o.accept_length, 1) for o in outputs).items())),
+            # one-off costs the timed runs paid (each capture is milliseconds on a GPU), and
+            # the iterations each draft depth ran, both summed over the timed runs
+            "captures_while_timed": (graphs.num_graphs if graphs is not None else 0)
+            - self.captured_before,
+            "iterations_at_depth": {str(s): n for s, n in sorted((self.depths or {}).items())},
+            # the draft's catch-ups after stretches at S = 0 (eager ragged draft extends) and
+            # the Triton kernels compiled (None: not countable here), both over the timed runs
+            "catch_ups_while_timed": catch_ups.catch_ups - before.catch_ups
+            if catch_ups is not None and before is not None else 0,
+            "catch_up_tokens_while_timed": catch_ups.tokens - before.tokens
+            if catch_ups is not None and before is not None else 0,
+            "kernel_compiles_while_timed": self.compiles,
+            "kernels_compiled_while_timed": list(self.kernels),
+            "token_ids": [list(o.token_ids) for o in outputs],
+        }
+        snapshot = getattr(getattr(worker, "controller", None), "snapshot", None)
+        if snapshot is not None:  # the adaptive mode: per bucket, the depth and its estimates
+            row["controller"] = {
+                str(size): {"settled": settled,
+                            "tokens_per_request_s": {str(s): r for s, r in rates.items()}}
+                for size, (settled, rates) in snapshot().items()
+            }
+        if split:
+            worker.timed, worker.times = True, IterationTimes()
+            llm.generate(self.prompts, self.params)
+            worker.timed = False
+            times = worker.times
+            count = max(times.iterations, 1)
+            phases = {name: 1e3 * getattr(times, name) / count
+                      for name in ("draft", "verify", "accept", "draft_extend", "catch_up")}
+            phases["total"] = sum(phases.values())
+            row["iteration_ms"] = phases
+            row["overhead_over_verify"] = (
+                (phases["draft"] + phases["accept"] + phases["draft_extend"]
+                 + phases["catch_up"]) / phases["verify"]
+                if phases["verify"] else None
+            )
+        return row
+
+
+def _warm_up(llm: Any, prompts: list[list[int]], params: Any, batch_size: int) -> None:
+    """Everything before the timed runs: each size the run passes through (every depth
+    the adaptive controller may probe, then until it has settled), and the prefills."""
     # EOS ignored: a warm-up that ends early would leave graphs or the controller's
     # warm-up to the timed run
     warm_params = dataclasses.replace(
@@ -187,70 +282,16 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
                 worker.spec, worker.controller = spec, controller
         settle(llm, batch, warm_params)
     warm_up_prefills(llm, prompts[0])
-    graphs = getattr(llm.runner, "graphs", None)
-    captured_before = graphs.num_graphs if graphs is not None else 0
-    depths = getattr(worker, "iterations_at_depth", None)
-    if depths is not None:
-        depths.clear()
-    catch_ups = getattr(worker, "catch_ups", None)
-    catch_ups_before = dataclasses.replace(catch_ups) if catch_ups is not None else None
-    durations, runs, outputs = [], [], []  # each timed run's seconds and tokens/s
-    with _KernelCompiles() as compiles:
-        for _ in range(repeats):
-            backend.synchronize()
-            start = time.perf_counter()
-            outputs = llm.generate(prompts, params)
-            backend.synchronize()
-            durations.append(time.perf_counter() - start)
-            runs.append(sum(o.num_tokens for o in outputs) / max(durations[-1], 1e-9))
-    tokens = sum(o.num_tokens for o in outputs)
-    passes = sum(o.stats.verify_steps for o in outputs)
-    accepted = sum(o.stats.accepted_tokens for o in outputs)
-    row: dict[str, Any] = {
-        "tokens_per_s": statistics.median(runs),
-        "tokens_per_s_runs": runs,
-        "accept_length": accepted / passes if passes else 0.0,
-        "output_tokens": tokens, "seconds": statistics.median(durations), "verify_passes": passes,
-        "accept_length_histogram": dict(sorted(Counter(
-            round(o.accept_length, 1) for o in outputs).items())),
-        # one-off costs the timed runs paid (each capture is milliseconds on a GPU), and
-        # the iterations each draft depth ran, both summed over the timed runs
-        "captures_while_timed": (graphs.num_graphs if graphs is not None else 0)
-        - captured_before,
-        "iterations_at_depth": {str(s): n for s, n in sorted((depths or {}).items())},
-        # the draft's catch-ups after stretches at S = 0 (eager ragged draft extends) and
-        # the Triton kernels compiled (None: not countable here), both over the timed runs
-        "catch_ups_while_timed": catch_ups.catch_ups - catch_ups_before.catch_ups
-        if catch_ups is not None and catch_ups_before is not None else 0,
-        "catch_up_tokens_while_timed": catch_ups.tokens - catch_ups_before.tokens
-        if catch_ups is not None and catch_ups_before is not None else 0,
-        "kernel_compiles_while_timed": compiles.count,
-        "kernels_compiled_while_timed": compiles.kernels,
-        "token_ids": [list(o.token_ids) for o in outputs],
-    }
-    snapshot = getattr(getattr(worker, "controller", None), "snapshot", None)
-    if snapshot is not None:  # the adaptive mode: per bucket, the depth and its estimates
-        row["controller"] = {
-            str(size): {"settled": settled,
-                        "tokens_per_request_s": {str(s): r for s, r in rates.items()}}
-            for size, (settled, rates) in snapshot().items()
-        }
-    if split:
-        llm.worker.timed, llm.worker.times = True, IterationTimes()
-        llm.generate(prompts, params)
-        llm.worker.timed = False
-        times = llm.worker.times
-        count = max(times.iterations, 1)
-        phases = {name: 1e3 * getattr(times, name) / count
-                  for name in ("draft", "verify", "accept", "draft_extend", "catch_up")}
-        phases["total"] = sum(phases.values())
-        row["iteration_ms"] = phases
-        row["overhead_over_verify"] = (
-            (phases["draft"] + phases["accept"] + phases["draft_extend"] + phases["catch_up"])
-            / phases["verify"]
-            if phases["verify"] else None
-        )
-    return row
+
+
+def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
+             split: bool, repeats: int = 1) -> dict[str, Any]:
+    """Warm ``llm`` up, then time ``repeats`` generations of ``prompts`` (one mode alone;
+    ``benchmark`` interleaves the modes' runs instead), then the split pass."""
+    measurement = _Measurement(llm, prompts, params, batch_size)
+    for _ in range(repeats):
+        measurement.run_once()
+    return measurement.row(split)
 
 
 class _KernelCompiles:
@@ -302,27 +343,44 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
     for batch_size in config.batch_sizes:
         # at least one full batch of requests
         batch_prompts = [list(prompts[i % len(prompts)]) for i in range(max(len(prompts), batch_size))]
-        plain: dict[str, Any] | None = None
+        modes = [m for m in config.modes if m == "plain" or draft is not None]
         for mode in config.modes:
-            if mode != "plain" and draft is None:
+            if mode not in modes:
                 _progress(f"  skip {mode}: no draft head")
-                continue
-            _progress(f"bench: mode {mode}, batch size {batch_size}, "
-                      f"{len(batch_prompts)} prompts x {config.max_new_tokens} tokens")
+        # every mode built and warmed up first, then their timed runs interleaved (plain,
+        # chain, ..., plain, chain, ...): a machine whose speed drifts during the run
+        # (shared hosts, clocks) then weighs on every mode alike, not on whichever ran last
+        measuring: dict[str, _Measurement] = {}
+        for mode in modes:
+            _progress(f"bench: warming up {mode}, batch size {batch_size}")
             llm = LLM.from_models(
                 backend, target, None if mode == "plain" else draft, spec=config.spec_for(mode),
                 max_batch_size=batch_size, max_context=max_context, seed=config.seed,
             )
             graphs = config.graphs and llm.runner.enable_graphs()
-            row = {"mode": mode, "batch_size": batch_size, "graphs": graphs,
-                   **_measure(llm, batch_prompts, params, batch_size, config.split_timing,
-                               config.repeats)}
+            measuring[mode] = _Measurement(llm, batch_prompts, params, batch_size)
+            measuring[mode].graphs = graphs
+        for repeat in range(config.repeats):
+            for mode in modes:
+                rate = measuring[mode].run_once()
+                _progress(f"bench: {mode}, batch size {batch_size}, {len(batch_prompts)} "
+                          f"prompts x {config.max_new_tokens} tokens, run {repeat + 1}/"
+                          f"{config.repeats}: {rate:.1f} tokens/s")
+        plain: dict[str, Any] | None = None
+        for mode in modes:
+            measurement = measuring.pop(mode)
+            row = {"mode": mode, "batch_size": batch_size,
+                   "graphs": measurement.graphs,
+                   **measurement.row(config.split_timing)}
+            del measurement
             if mode == "plain":
                 plain = row
             if plain is not None and plain["tokens_per_s"]:
                 row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
                 row["same_as_plain"] = row["token_ids"] == plain["token_ids"]
                 row["match_with_plain"] = match_with_plain(row["token_ids"], plain["token_ids"])
+            _progress(f"bench: mode {mode}, batch size {batch_size}, {len(batch_prompts)} "
+                      f"prompts x {config.max_new_tokens} tokens")
             _progress(f"  {row['tokens_per_s']:.1f} tokens/s (median of {config.repeats}), "
                       f"accept length "
                       f"{row['accept_length']:.2f}" + (f", speedup {row['speedup']:.2f}x"
