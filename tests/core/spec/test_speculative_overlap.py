@@ -403,3 +403,39 @@ def test_a_change_of_depth_is_charged_to_the_probe(backend, pair):
     assert len(changes) >= 4 and steady
     assert all(0 < b[3] <= b[2] for _, b in changes)
     assert all(b[3] == 0 for _, b in steady)
+
+
+def test_the_controller_sees_every_token_and_every_pause_as_requests_finish(backend, pair):
+    """Requests finishing one by one at a fixed depth: each batch change reads the chain
+    back (its tokens folded into the next report) and restarts it. Every token reaches
+    the controller, and the reports' times add up to the wall time from the first decode
+    call to the last reported one, pauses between calls (the engine's work, here 20 ms
+    per streamed delta) included, whatever the batch did in between."""
+    import time
+
+    llm = scripted(backend, pair, [3])
+    worker = llm.worker
+    decode, calls = worker.decode, []
+
+    def recording_decode(requests):
+        start = time.perf_counter()
+        reports = len(worker.controller.observed)
+        emitted = decode(requests)
+        got = [len(e) for e in emitted if e]
+        calls.append((start, time.perf_counter(), len(worker.controller.observed) > reports,
+                      sum(got) / len(got) if got else 0.0))
+        return emitted
+
+    worker.decode = recording_decode
+    prefill, prefills = worker.prefill, []
+    worker.prefill = lambda requests: (prefills.append(len(calls)), prefill(requests))[1]
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (12, 40, 5, 25, 33)]
+    for _ in llm.stream(PROMPTS, params):
+        time.sleep(0.02)
+    assert prefills == [0]  # one prefill, before the first decode: no time outside a depth
+    observed = worker.controller.observed
+    last = max(i for i, call in enumerate(calls) if call[2])
+    assert sum(a for _, a, _, _ in observed) == pytest.approx(
+        sum(call[3] for call in calls[: last + 1]), abs=1e-9)
+    assert sum(seconds for _, _, seconds, _ in observed) == pytest.approx(
+        calls[last][1] - calls[0][0], rel=0.01, abs=0.002)

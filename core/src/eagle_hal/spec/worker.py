@@ -114,10 +114,10 @@ class EagleWorker:
         self._in_flight: InFlight | None = None
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
         self._unobserved_catch_up = 0.0  # seconds, for the controller's next observation
-        self._last_decode: tuple[tuple[int, ...], float] | None = None  # batch, end time
+        self._last_decode: float | None = None  # when the last decode call ended
         # calls that reported nothing to the controller since its last report: seconds
         # charged to the depth, seconds of a change of depth, whether one is under way
-        self._unreported = self._switch_seconds = 0.0
+        self._unreported = self._switch_seconds = self._unreported_accept = 0.0
         self._in_switch, self._reported = False, False
         self._previous_steps: int | None = None
         self.times = IterationTimes()
@@ -215,13 +215,12 @@ class EagleWorker:
 
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
-        key = tuple(r.request_id for r in requests)
         start = time.perf_counter()
-        # the adaptive controller's clock: from the end of the previous call on the same
-        # batch (so the engine's own work on the tokens, which grows with the accept
-        # length, is counted), else from the start of this one
-        previous = self._last_decode
-        since = previous[1] if previous is not None and previous[0] == key else start
+        # the adaptive controller's clock: from the end of the previous decode call (so
+        # the engine's own work on the tokens, which grows with the accept length, and
+        # the device's work on an iteration in flight meanwhile are counted), or from the
+        # start of this one after a prefill (whose time is no depth's)
+        since = self._last_decode if self._last_decode is not None else start
         steps = self.steps_for(len(requests))
         if steps != self._previous_steps:
             # a change of depth: the calls until the next report (the read-back of the
@@ -232,25 +231,27 @@ class EagleWorker:
         try:
             emitted = self._decode(requests, steps, start, since)
         finally:
-            self._last_decode = (key, time.perf_counter())
+            self._last_decode = time.perf_counter()
         if self.controller is not None and not self._reported:
-            elapsed = self._last_decode[1] - since
+            elapsed = self._last_decode - since
             if self._in_switch:
                 self._switch_seconds += elapsed
-            else:  # a chain restarted after the batch changed: a cost of the depth itself
+            else:  # after the batch changed: the depth's own (a chain's restart)
                 self._unreported += elapsed
         return emitted
 
     def _observe(self, batch_size: int, steps: int, accept: float, seconds: float,
                  catch_up: float = 0.0) -> None:
-        """Report an iteration to the controller, with the time of the calls since its
-        last report that reported nothing: those of a change of depth are charged to the
-        probe (as a catch-up is), the others (a chain's first launch after the batch
-        changed) to the depth."""
+        """Report an iteration to the controller, with the calls since its last report
+        that reported nothing: those of a change of depth are charged to the probe (as a
+        catch-up is); the others, after a batch change (the chain in flight read back
+        for the requests still running, the new chain's first launch), to the depth,
+        their tokens with their time."""
         assert self.controller is not None
         switch = self._switch_seconds
         seconds += self._unreported + switch
-        self._unreported = self._switch_seconds = 0.0
+        accept += self._unreported_accept
+        self._unreported = self._switch_seconds = self._unreported_accept = 0.0
         self._in_switch, self._reported = False, True
         self.controller.observe(batch_size, steps, accept, seconds, catch_up + switch)
 
@@ -268,10 +269,11 @@ class EagleWorker:
             finished = speculative_overlap.finish(self, requests)
             if finished is not None:
                 if self.controller is not None and not self._in_switch:
-                    # the batch changed: an iteration at the flight's depth
+                    # the batch changed: this iteration's tokens go into the depth's next
+                    # report together with the time of the calls until then (this one and
+                    # the new chain's first launch): a restart is the depth's own cost
                     advanced = [len(e) for e in finished if e]
-                    self._observe(batch_size, flight.steps, sum(advanced) / len(advanced),
-                                  time.perf_counter() - since)
+                    self._unreported_accept += sum(advanced) / len(advanced)
                 return finished
         if self.overlap and steps == 0 and not self.timed:
             speculative_overlap.discard(self)
@@ -286,8 +288,10 @@ class EagleWorker:
                 if self.controller is not None and any(overlapped):
                     catch_up, self._unobserved_catch_up = self._unobserved_catch_up, 0.0
                     accepted = sum(len(e) for e in overlapped) / batch_size
-                    self._observe(batch_size, steps, accepted,
-                                  time.perf_counter() - since + catch_up, catch_up)
+                    # the catch-up ran in the chain's first call, whose time the
+                    # report carries already (``decode``): named here, not added again
+                    self._observe(batch_size, steps, accepted, time.perf_counter() - since,
+                                  catch_up)
                 return overlapped
         speculative_overlap.discard(self)
         discard_in_flight(self)
