@@ -439,3 +439,45 @@ def test_the_controller_sees_every_token_and_every_pause_as_requests_finish(back
         sum(call[3] for call in calls[: last + 1]), abs=1e-9)
     assert sum(seconds for _, _, seconds, _ in observed) == pytest.approx(
         calls[last][1] - calls[0][0], rel=0.01, abs=0.002)
+
+
+def test_a_chain_drained_for_want_of_kv_pages_still_advances(backend):
+    """The engine drains the iteration in flight before a step whose KV growth may not fit
+    (sized for the deepest adaptive depth, more than a shallower chain reserves). The
+    chain is applied, not dropped: dropped, the drain, a preemption and a new chain's
+    launch-only call repeated forever (a review found the hang)."""
+    target = tiny_target(seed=2, eos=(7, 11))
+    pair = (target, matching_eagle1(target, noise=0.5))
+    prompts = [[54, 51, 59, 32], [15, 9, 34, 10, 40, 30, 15, 39, 44, 4], [42],
+               [46, 3, 16, 24, 8, 36, 45, 4, 41, 57, 48], [12, 47, 45, 21, 57, 46]]
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=e)
+              for n, e in [(19, True), (23, True), (4, True), (7, False), (2, True)]]
+    spec = SpecConfig(5, 4, 10, adaptive=True, adaptive_steps=(0, 1, 5))
+    results = []
+    for overlap in (False, True):
+        llm = LLM.from_models(backend, *pair, None, spec, seed=0, max_batch_size=3,
+                              kv_cache_tokens=100)
+        llm.worker.overlap = overlap
+        llm.worker.controller = ScriptedController([1])
+        requests = [llm.engine.add_request(p, q) for p, q in zip(prompts, params)]
+        steps = 0
+        while llm.engine.has_unfinished() and steps < 300:
+            llm.engine.step()
+            steps += 1
+        assert not llm.engine.has_unfinished(), f"overlap={overlap}: no progress"
+        assert llm.used_pages == 0 and llm.leaked_pages == 0
+        results.append([list(llm.engine.output(r).token_ids) for r in requests])
+    assert results[1] == results[0]
+
+
+def test_reports_are_consistent_across_depth_changes_and_finishing_requests(backend, pair):
+    """Every report's catch-up part is within its time, and tokens read back at one depth
+    are never reported as another's (an S = 0 report is one token per request)."""
+    for schedule in ([3, 3, 3, 0, 0], [3, 3, 3, 3, 0, 0, 0, 5, 5, 5], [0, 0, 3, 3, 3]):
+        llm = scripted(backend, pair, schedule, max_batch_size=5)
+        params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (12, 40, 5, 25, 33)]
+        llm.generate(PROMPTS, params)
+        observed = llm.worker.controller.observed
+        assert observed
+        assert all(0.0 <= c <= seconds + 1e-9 for _, _, seconds, c in observed)
+        assert all(a == 1.0 for s, a, _, _ in observed if s == 0)

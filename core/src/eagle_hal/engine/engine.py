@@ -109,8 +109,8 @@ class Engine:
         if drain is not None and self.scheduler.running and not self.scheduler.can_grow(headroom):
             # an iteration in flight holds a position the host has not read: read it back
             # before the scheduler preempts or rejects for want of KV pages
-            for request, token in drain():
-                self._absorb(request, [token], counts_as_verify=True)
+            for request, tokens in drain():
+                self._absorb(request, tokens, counts_as_verify=True)
                 drained.append(request)
         work = self.scheduler.schedule(headroom)
         if isinstance(work, PrefillWork):

@@ -377,6 +377,8 @@ def _apply(
     if all(kept):
         key = tuple(r.request_id for r in flight.requests)
         worker._batch_state = (key, flight.state_next)
+    else:  # the stacked state of the whole batch no longer describes anyone's as a batch
+        worker._batch_state = None
     for b, (request, k) in enumerate(zip(flight.requests, kept)):
         if k:
             worker._state[request.request_id] = (flight.state_next, b)

@@ -152,12 +152,24 @@ class EagleWorker:
             spec = specs[steps] = base.with_steps(steps)
         return spec
 
-    def drain(self) -> list[tuple[Request, int]]:
-        """Read back the iteration in flight (``spec.overlap``) without launching another:
-        the requests it advanced that still run, each with its token; ``[]`` if none. A
-        speculative iteration in flight (``spec.speculative_overlap``) is dropped instead."""
-        speculative_overlap.discard(self)
-        return drain(self)
+    def drain(self) -> list[tuple[Request, list[int]]]:
+        """Read back the iteration in flight without launching another: the requests it
+        advanced that still run, each with its tokens; ``[]`` if none. A speculative
+        iteration in flight (``spec.speculative_overlap``) is applied (``finish``), not
+        dropped: dropped, a chain the engine drains before every step for want of KV
+        pages would never advance."""
+        flight = self._spec_flight
+        if flight is not None:
+            requests = list(flight.requests)
+            finished = speculative_overlap.finish(self, requests)
+            if finished is None:
+                return []
+            if self.controller is not None and not self._in_switch:
+                # like a read-back at a batch change: folded into the depth's next report
+                advanced = [len(e) for e in finished if e]
+                self._unreported_accept += sum(advanced) / max(len(advanced), 1)
+            return [(r, tokens) for r, tokens in zip(requests, finished) if tokens]
+        return [(request, [token]) for request, token in drain(self)]
 
     def release(self, request: Request) -> None:
         self._state.pop(request.request_id, None)
@@ -224,8 +236,11 @@ class EagleWorker:
         steps = self.steps_for(len(requests))
         if steps != self._previous_steps:
             # a change of depth: the calls until the next report (the read-back of the
-            # chain in flight, the new chain's first launch) are the switch's cost
+            # chain in flight, the new chain's first launch) are the switch's cost, and so
+            # is what the old depth left unreported (its tokens are not the new depth's)
             self._in_switch = True
+            self._switch_seconds += self._unreported
+            self._unreported = self._unreported_accept = 0.0
         self._previous_steps = steps
         self._reported = False
         try:
@@ -289,9 +304,10 @@ class EagleWorker:
                     catch_up, self._unobserved_catch_up = self._unobserved_catch_up, 0.0
                     accepted = sum(len(e) for e in overlapped) / batch_size
                     # the catch-up ran in the chain's first call, whose time the
-                    # report carries already (``decode``): named here, not added again
+                    # report carries already (``decode``): named here, not added again;
+                    # after a change of depth that call is all switch cost, named as such
                     self._observe(batch_size, steps, accepted, time.perf_counter() - since,
-                                  catch_up)
+                                  0.0 if self._in_switch else catch_up)
                 return overlapped
         speculative_overlap.discard(self)
         discard_in_flight(self)
