@@ -349,7 +349,8 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
                 _progress(f"  skip {mode}: no draft head")
         # every mode built and warmed up first, then their timed runs interleaved (plain,
         # chain, ..., plain, chain, ...): a machine whose speed drifts during the run
-        # (shared hosts, clocks) then weighs on every mode alike, not on whichever ran last
+        # (shared hosts, clocks) then weighs on every mode alike, not on whichever ran last.
+        # The price: every mode's engine (KV cache, graphs) is held at once
         measuring: dict[str, _Measurement] = {}
         for mode in modes:
             _progress(f"bench: warming up {mode}, batch size {batch_size}")
