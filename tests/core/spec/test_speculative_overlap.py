@@ -247,6 +247,21 @@ ADAPTIVE = SpecConfig(3, 2, 6, adaptive=True, adaptive_steps=(0, 1, 3, 5))
 SCHEDULE = [3, 3, 3, 3, 5, 5, 5, 0, 0, 0, 0, 1, 1, 3, 3, 0, 5, 5, 5, 5, 5]
 
 
+def count_launches_and_drops(monkeypatch):
+    """Lists that grow by one per iteration launched and per iteration in flight dropped."""
+    launches, dropped = [], []
+    launch, discard = module._launch, module.discard
+    monkeypatch.setattr(module, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
+
+    def counting_discard(worker):
+        if worker._spec_flight is not None:
+            dropped.append(1)
+        discard(worker)
+
+    monkeypatch.setattr(module, "discard", counting_discard)
+    return launches, dropped
+
+
 def scripted(backend, pair, schedule, *, graphs=False, **kwargs):
     llm = LLM.from_models(backend, *pair, None, ADAPTIVE, seed=0, **kwargs)
     if graphs:
@@ -290,16 +305,7 @@ def test_a_change_of_depth_reads_the_chain_back_instead_of_dropping_it(backend, 
                                                                        monkeypatch):
     """One request: every launched iteration but the last (dropped when the request
     ends) is read back, across depth switches and the timed split pass too."""
-    launches, dropped = [], []
-    launch, discard = module._launch, module.discard
-    monkeypatch.setattr(module, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
-
-    def counting_discard(worker):
-        if worker._spec_flight is not None:
-            dropped.append(1)
-        discard(worker)
-
-    monkeypatch.setattr(module, "discard", counting_discard)
+    launches, dropped = count_launches_and_drops(monkeypatch)
     llm = scripted(backend, pair, [3, 3, 5, 5, 5, 1, 3, 3, 3])
     out = llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=80, ignore_eos=True))
     assert len(out[0].token_ids) == 80
@@ -331,16 +337,7 @@ def test_no_chain_is_started_that_cannot_continue(backend, pair, monkeypatch):
     starts only where its next launch fits too (else the calls could alternate between
     launching a chain and dropping it), and iterations that do not fit run without
     overlap, with the same tokens."""
-    launches, dropped = [], []
-    launch, discard = module._launch, module.discard
-    monkeypatch.setattr(module, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
-
-    def counting_discard(worker):
-        if worker._spec_flight is not None:
-            dropped.append(1)
-        discard(worker)
-
-    monkeypatch.setattr(module, "discard", counting_discard)
+    launches, dropped = count_launches_and_drops(monkeypatch)
     _, got = run(backend, pair, [PROMPTS[0]], SamplingParams(max_new_tokens=200,
                  ignore_eos=True), overlap=True, max_context=64, spec=CHAIN)
     assert len(launches) > 5 and len(dropped) <= 1
@@ -373,15 +370,7 @@ def test_a_request_finishing_does_not_drop_the_others_iteration(backend, pair, s
     """Five requests finishing one by one: the iteration in flight at each batch change
     is applied to the requests still running, not dropped; only the last request's last
     launch is. Tokens as without overlap."""
-    dropped = []
-    discard = module.discard
-
-    def counting_discard(worker):
-        if worker._spec_flight is not None:
-            dropped.append(1)
-        discard(worker)
-
-    monkeypatch.setattr(module, "discard", counting_discard)
+    _, dropped = count_launches_and_drops(monkeypatch)
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (12, 40, 5, 25, 33)]
     _, got, expected = both(backend, pair, PROMPTS, params, spec=spec, max_batch_size=5)
     assert got == expected

@@ -144,7 +144,7 @@ def discard(worker: EagleWorker) -> None:
     if flight is None:
         return
     worker._spec_flight = None
-    worker._unobserved_catch_up = 0.0  # its chain will not be observed
+    worker.reports.drop_chain()  # its chain will not be reported
     table = worker.runner.table
     for request in reversed(flight.requests):
         row = request.table_row

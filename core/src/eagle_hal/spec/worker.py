@@ -52,6 +52,7 @@ from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
 from eagle_hal.spec import speculative_overlap
 from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight, drain
+from eagle_hal.spec.reports import ControllerReports
 from eagle_hal.spec.speculative_overlap import SpecInFlight
 
 __all__ = ["EagleWorker", "IterationTimes"]
@@ -113,13 +114,7 @@ class EagleWorker:
         self.overlap = overlap and runner.parallel.world_size == 1
         self._in_flight: InFlight | None = None
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
-        self._unobserved_catch_up = 0.0  # seconds, for the controller's next observation
-        self._last_decode: float | None = None  # when the last decode call ended
-        # calls that reported nothing to the controller since its last report: seconds
-        # charged to the depth, seconds of a change of depth, whether one is under way
-        self._unreported = self._switch_seconds = self._unreported_accept = 0.0
-        self._in_switch, self._reported = False, False
-        self._previous_steps: int | None = None
+        self.reports = ControllerReports()  # the accounts between controller reports
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
         self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
@@ -164,10 +159,7 @@ class EagleWorker:
             finished = speculative_overlap.finish(self, requests)
             if finished is None:
                 return []
-            if self.controller is not None and not self._in_switch:
-                # like a read-back at a batch change: folded into the depth's next report
-                advanced = [len(e) for e in finished if e]
-                self._unreported_accept += sum(advanced) / max(len(advanced), 1)
+            self.reports.read_back(finished)
             return [(r, tokens) for r, tokens in zip(requests, finished) if tokens]
         return [(request, [token]) for request, token in drain(self)]
 
@@ -188,7 +180,7 @@ class EagleWorker:
     @torch.inference_mode()
     def prefill(self, requests: Sequence[Request]) -> list[list[int]]:
         runner = self.runner
-        self._last_decode = None  # the next decode's period would include this prefill
+        self.reports.prefill()
         contexts = [Scheduler.context_ids(r) for r in requests]
         lengths = [len(c) for c in contexts]
         rows = [self._row(r) for r in requests]
@@ -228,47 +220,18 @@ class EagleWorker:
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
         start = time.perf_counter()
-        # the adaptive controller's clock: from the end of the previous decode call (so
-        # the engine's own work on the tokens, which grows with the accept length, and
-        # the device's work on an iteration in flight meanwhile are counted), or from the
-        # start of this one after a prefill (whose time is no depth's)
-        since = self._last_decode if self._last_decode is not None else start
         steps = self.steps_for(len(requests))
-        if steps != self._previous_steps:
-            # a change of depth: the calls until the next report (the read-back of the
-            # chain in flight, the new chain's first launch) are the switch's cost, and so
-            # is what the old depth left unreported (its tokens are not the new depth's)
-            self._in_switch = True
-            self._switch_seconds += self._unreported
-            self._unreported = self._unreported_accept = 0.0
-        self._previous_steps = steps
-        self._reported = False
+        since = self.reports.begin(steps, start)  # the controller's clock (spec.reports)
         try:
             emitted = self._decode(requests, steps, start, since)
         finally:
-            self._last_decode = time.perf_counter()
-        if self.controller is not None and not self._reported:
-            elapsed = self._last_decode - since
-            if self._in_switch:
-                self._switch_seconds += elapsed
-            else:  # after the batch changed: the depth's own (a chain's restart)
-                self._unreported += elapsed
+            self.reports.end(time.perf_counter(), since, self.controller is not None)
         return emitted
 
     def _observe(self, batch_size: int, steps: int, accept: float, seconds: float,
                  catch_up: float = 0.0) -> None:
-        """Report an iteration to the controller, with the calls since its last report
-        that reported nothing: those of a change of depth are charged to the probe (as a
-        catch-up is); the others, after a batch change (the chain in flight read back
-        for the requests still running, the new chain's first launch), to the depth,
-        their tokens with their time."""
         assert self.controller is not None
-        switch = self._switch_seconds
-        seconds += self._unreported + switch
-        accept += self._unreported_accept
-        self._unreported = self._switch_seconds = self._unreported_accept = 0.0
-        self._in_switch, self._reported = False, True
-        self.controller.observe(batch_size, steps, accept, seconds, catch_up + switch)
+        self.reports.report(self.controller, batch_size, steps, accept, seconds, catch_up)
 
     def _decode(
         self, requests: Sequence[Request], steps: int, start: float, since: float
@@ -283,12 +246,7 @@ class EagleWorker:
             # shape, the timed split pass, S = 0): apply it, launching nothing this call
             finished = speculative_overlap.finish(self, requests)
             if finished is not None:
-                if self.controller is not None and not self._in_switch:
-                    # the batch changed: this iteration's tokens go into the depth's next
-                    # report together with the time of the calls until then (this one and
-                    # the new chain's first launch): a restart is the depth's own cost
-                    advanced = [len(e) for e in finished if e]
-                    self._unreported_accept += sum(advanced) / len(advanced)
+                self.reports.read_back(finished)
                 return finished
         if self.overlap and steps == 0 and not self.timed:
             speculative_overlap.discard(self)
@@ -301,13 +259,9 @@ class EagleWorker:
             overlapped = speculative_overlap.decode_speculative_overlapped(self, requests, steps)
             if overlapped is not None:
                 if self.controller is not None and any(overlapped):
-                    catch_up, self._unobserved_catch_up = self._unobserved_catch_up, 0.0
                     accepted = sum(len(e) for e in overlapped) / batch_size
-                    # the catch-up ran in the chain's first call, whose time the
-                    # report carries already (``decode``): named here, not added again;
-                    # after a change of depth that call is all switch cost, named as such
                     self._observe(batch_size, steps, accepted, time.perf_counter() - since,
-                                  0.0 if self._in_switch else catch_up)
+                                  self.reports.overlapped_catch_up())
                 return overlapped
         speculative_overlap.discard(self)
         discard_in_flight(self)
@@ -472,7 +426,7 @@ class EagleWorker:
         start = time.perf_counter()
         if self.catch_up(requests):
             self.runner.backend.synchronize()
-            self._unobserved_catch_up += time.perf_counter() - start
+            self.reports.chain_catch_up(time.perf_counter() - start)
 
     def draft_states(self, requests: Sequence[Request]) -> DraftState:
         """The requests' draft states as the last draft extend left them, stacked ``[B, ...]``."""
