@@ -36,11 +36,13 @@ the real tokens). Bit-equal in float32 (the tests); in 16-bit the draft extend's
 fixed width can change a kernel's split or tile choice and so round the draft's hidden
 state differently, which may change a drafted token at a near-tie: the accept length,
 and, through the verify's 16-bit rounding over another tree, possibly a near-tie of the
-target's as well, as speculative against plain decoding in 16-bit may anyway. An iteration is continued only while the batch stays the same
-requests in the same order: when one finishes, joins, is preempted or re-prefilled, the
-iteration in flight is applied to the requests still running unchanged (``finish``; a
-preempted or re-prefilled request's part is dropped and recomputed), and the call after
-it starts a new chain. The engine's ``drain`` drops it (``discard``).
+target's as well, as speculative against plain decoding in 16-bit may anyway.
+
+An iteration is continued only while the batch stays the same requests in the same
+order: when one finishes, joins, is preempted or re-prefilled, the iteration in flight is
+applied to the requests still running unchanged (``finish``; a preempted or re-prefilled
+request's part is dropped and recomputed), and the call after it starts a new chain. The
+engine's ``drain`` (before a step whose KV growth may not fit) applies it too.
 
 When the next call asks for something the iteration in flight cannot continue into
 (another depth or tree shape, the split pass's timed iterations, plain decoding, another
@@ -77,9 +79,7 @@ from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.spec.worker import EagleWorker
 
-__all__ = [
-    "SpecInFlight", "decode_speculative_overlapped", "discard", "eligible", "finish", "same_batch",
-]
+__all__ = ["SpecInFlight", "decode_speculative_overlapped", "discard", "eligible", "finish"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -204,8 +204,9 @@ def decode_speculative_overlapped(
     bounds = [r.cached_len + (width if carried else 0) for r in requests]
     # a new chain starts only where its next, carried launch will fit too: otherwise the
     # calls would alternate between launching a chain and dropping it
+    # (carried, the bounds already are those lengths: ``_reserve`` checks them)
     needed = [r.cached_len + width + reserve for r in requests]
-    if not _fits(runner.table, rows, needed) or not _reserve(
+    if (not carried and not _fits(runner.table, rows, needed)) or not _reserve(
         runner.table, rows, [b + reserve for b in bounds]
     ):
         discard(worker)

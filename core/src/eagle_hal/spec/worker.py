@@ -419,8 +419,8 @@ class EagleWorker:
         """``catch_up`` before a speculative chain launched with overlap; in the adaptive
         mode its wall time is kept for the controller's next observation (the chain's
         first iteration read back), which charges it to the probe."""
-        if self.controller is None:
-            self.catch_up(requests)
+        if self.controller is None or all(r.request_id not in self._pending for r in requests):
+            self.catch_up(requests)  # nothing to time: no device sync for it
             return
         self.runner.backend.synchronize()
         start = time.perf_counter()
