@@ -14,7 +14,7 @@ Per layer, attention excluded (its output is stood in for by q), SmolLM2-135M's 
 Each layer has its own weights (30 layers hold ~210 MB, more than the L2 cache, as in the
 model). A variant is captured in a CUDA graph over the ``--layers`` layers, replayed
 ``--repeats`` times and timed with CUDA events; the table gives the median device time per
-layer in microseconds. ``--configs`` adds fused columns with forced launch configurations
+layer in microseconds. ``--configs`` adds fused columns with forced launch configurations (``gBLOCK_NxWARPS``: the matrix-vector kernel)
 ``BLOCK_N x BLOCK_K x warps x stages [x splits]`` (splits: split-K's upper bound, 1 when
 left out); the default list sweeps splits 1 to 6 over a few reduction tiles and warp counts.
 
@@ -122,19 +122,21 @@ PROJECTION_FEATURES = {"qkv/o/gate_up": 576, "down": 1536}  # the reductions' le
 
 
 def parse_config(text: str):  # noqa: ANN201 - a LaunchConfig
-    """``BLOCK_N x BLOCK_K x warps x stages [x splits]``."""
+    """``BLOCK_N x BLOCK_K x warps x stages [x splits]``, or ``gBLOCK_N x warps`` (the
+    matrix-vector kernel)."""
     from eagle_hal.ops.triton.fused_linear import LaunchConfig  # noqa: PLC0415
 
-    fields = [int(v) for v in text.split("x")]
-    if len(fields) not in (4, 5):
+    if not text.startswith("g") and len(text.split("x")) not in (4, 5):
         raise ValueError(f"config {text!r}: want BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]")
-    return LaunchConfig(*fields)
+    return LaunchConfig.parse(text)
 
 
 def describe_splits(config) -> str:  # noqa: ANN001 - a LaunchConfig
     """The splits each reduction length actually takes under ``config``."""
     from eagle_hal.ops.triton.fused_linear import _split  # noqa: PLC0415
 
+    if config.gemv:
+        return "none (gemv: the whole reduction in one tile)"
     return ", ".join(f"{name} (K={k}) {_split(k, config)[0]}"
                      for name, k in PROJECTION_FEATURES.items())
 

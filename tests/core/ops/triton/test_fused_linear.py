@@ -353,3 +353,88 @@ def test_a_forced_launch_config_is_parsed_or_refused(monkeypatch):
         monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", bad)
         with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_CONFIG"):
             default_config(torch.bfloat16, 1)
+
+
+# The matrix-vector kernel (LaunchConfig.gemv): the whole reduction in one tile, the rows
+# one after the other. K = 100 features pad to a 128-lane tile.
+GEMV_CASES = [
+    ("qkv_rotary", 1, (True, True, False)),  # residual, norm, bias
+    ("qkv_rotary", 3, (False, True, True)),
+    ("qkv_rotary", 16, (True, False, False)),
+    ("gate_up_silu", 1, (True, True)),  # residual, norm
+    ("gate_up_silu", 5, (False, True)),
+    ("gate_up_silu", 16, (True, False)),
+    ("linear", 1, (False, False)),  # bias, add
+    ("linear", 3, (True, False)),
+    ("linear", 16, (True, True)),
+]
+
+
+@pytest.mark.parametrize("block_n", [1, 4, 16])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("projection,rows,flags", GEMV_CASES)
+def test_gemv_equals_float64_oracle(projection, rows, flags, dtype, block_n):
+    """Each epilogue as a matrix-vector product equals norm + float64 matmul + epilogue,
+    for tiles narrower than the head's half (rotary), as wide, and wider than the output;
+    the stream (written by program 0) equals the sum."""
+    build, call, oracle = PROJECTIONS[projection]
+    case = build(rows, dtype, *flags)
+
+    actual = as_tuple(call(**case, config=fused.LaunchConfig(block_n=block_n, gemv=True)))
+
+    for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
+        assert_close(got, expected.reshape(got.shape))
+
+
+@pytest.mark.parametrize("projection,flags", [
+    ("qkv_rotary", (True, True, True)), ("gate_up_silu", (True, True)),
+    ("linear", (True, True)),
+])
+def test_gemv_row_alone_equals_row_in_a_batch(projection, flags):
+    """A row's reduction does not depend on the other rows: alone and in a batch of 16 its
+    outputs are bit for bit the same."""
+    build, call, _ = PROJECTIONS[projection]
+    batch = build(16, torch.bfloat16, *flags)
+    alone = {
+        name: value[:1] if name in ROW_INPUTS and value is not None else value
+        for name, value in batch.items()
+    }
+    config = fused.LaunchConfig(block_n=4, gemv=True)
+
+    batched = as_tuple(call(**batch, config=config))
+    single = as_tuple(call(**alone, config=config))
+
+    for one, many in zip(single, batched, strict=True):
+        assert torch.equal(one[0], many[0])
+
+
+def test_gemv_too_wide_for_a_tile_takes_the_dot_kernel(monkeypatch):
+    """A weight tile over GEMV_MAX_TILE elements takes the tl.dot kernel: same results as
+    that kernel's default, bit for bit."""
+    case = gate_up_case(3, torch.float32, True, True)
+    dot = fused.gate_up_silu(**case, config=fused.LaunchConfig(block_k=64))
+    monkeypatch.setattr(fused, "GEMV_MAX_TILE", 64)
+    launched = []
+    real = fused.fused_gemv_kernel
+    monkeypatch.setattr(fused, "fused_gemv_kernel", type("Spy", (), {
+        "__getitem__": lambda self, grid: launched.append(grid) or real[grid]})())
+
+    wide = fused.gate_up_silu(**case, config=fused.LaunchConfig(block_n=4, gemv=True))
+
+    assert not launched
+    for a, b in zip(dot, wide, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_gemv_config_is_parsed_and_validated(monkeypatch):
+    from eagle_hal.ops.triton.fused_linear import LaunchConfig, default_config
+
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g4x2")
+    assert default_config(torch.bfloat16, 1) == LaunchConfig(block_n=4, num_warps=2,
+                                                              gemv=True)
+    for bad in ("g4", "g3x4", "gx"):
+        monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", bad)
+        with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_CONFIG"):
+            default_config(torch.bfloat16, 1)
+    with pytest.raises(ValueError, match="power of two"):
+        LaunchConfig(block_n=24, gemv=True)

@@ -50,7 +50,7 @@ import triton
 
 from eagle_hal.hal.model_kernels import FusedLinearKernels
 from eagle_hal.ops.reference_checks import next_power_of_2
-from eagle_hal.ops.triton.fused_linear_kernel import fused_linear_kernel
+from eagle_hal.ops.triton.fused_linear_kernel import fused_gemv_kernel, fused_linear_kernel
 
 __all__ = [
     "FUSED_LINEAR_KERNELS",
@@ -71,19 +71,45 @@ class LaunchConfig:
     """Tile sizes and launch parameters (``block_n`` >= 16: ``tl.dot``'s minimum).
     ``splits``: how many programs share a tile's reduction (1: one program per tile walks
     the whole of ``K``). It is an upper bound: a projection with fewer ``block_k`` blocks
-    takes fewer splits, and blocks are dealt so that no split is empty."""
+    takes fewer splits, and blocks are dealt so that no split is empty.
+
+    ``gemv``: the matrix-vector kernel (``fused_gemv_kernel``) instead: ``block_n`` output
+    columns per program (any power of two), the whole of ``K`` in one tile (``block_k``,
+    ``num_stages`` and ``splits`` unused). Where a program's weight tile would exceed
+    ``GEMV_MAX_TILE`` elements the projection takes the ``tl.dot`` kernel's default."""
 
     block_n: int = 16
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 3
     splits: int = 1
+    gemv: bool = False
 
     def __post_init__(self) -> None:
-        if self.block_n < 16 or self.block_k < 16:
+        if self.block_n < 1 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"block_n must be a power of two, got {self}")
+        if not self.gemv and (self.block_n < 16 or self.block_k < 16):
             raise ValueError(f"block_n and block_k must be >= 16, got {self}")
         if self.num_warps < 1 or self.num_stages < 1 or self.splits < 1:
             raise ValueError(f"num_warps, num_stages and splits must be >= 1, got {self}")
+
+    @classmethod
+    def parse(cls, text: str) -> LaunchConfig:
+        """``BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (e.g. ``16x128x4x3x3``), or
+        ``gBLOCK_NxWARPS`` for the matrix-vector kernel (e.g. ``g4x4``)."""
+        try:
+            if text.startswith("g"):
+                block_n, warps = (int(v) for v in text[1:].split("x"))
+                return cls(block_n=block_n, num_warps=warps, gemv=True)
+            return cls(*(int(v) for v in text.split("x")))
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"launch config {text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS] "
+                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS (e.g. g4x4) ({error})"
+            ) from None
+
+
+GEMV_MAX_TILE = 16384  # weight elements per gemv program (both tiles where paired)
 
 
 def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
@@ -102,17 +128,15 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
 
 @functools.lru_cache(maxsize=4)
 def _forced_config(text: str) -> LaunchConfig | None:
-    """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]``: the launch
-    for 16-bit rows up to 16, to measure a configuration end to end (benchmarks)."""
+    """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (or
+    ``gBLOCK_NxWARPS``): the launch for 16-bit rows up to 16, to measure a configuration
+    end to end (benchmarks)."""
     if not text:
         return None
     try:
-        return LaunchConfig(*(int(v) for v in text.split("x")))
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"EAGLE_HAL_FUSED_LINEAR_CONFIG={text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES"
-            f"[xSPLITS], e.g. 16x128x4x3x3 ({error})"
-        ) from None
+        return LaunchConfig.parse(text)
+    except ValueError as error:
+        raise ValueError(f"EAGLE_HAL_FUSED_LINEAR_CONFIG: {error}") from None
 
 
 def _dot_in_float32(dtype: torch.dtype) -> bool:
@@ -180,6 +204,21 @@ def _launch(
     if rows == 0:
         return
     config = config or default_config(x.dtype, rows)
+    if config.gemv:
+        fused_gemv_kernel[(tiles,)](
+            x, residual if residual is not None else x, total if total is not None else x,
+            norm_weight if norm_weight is not None else x, weight,
+            bias if bias is not None else weight, add if add is not None else x,
+            cos if cos is not None else x, sin if sin is not None else x, out,
+            x.stride(0), residual.stride(0) if residual is not None else 0, weight.stride(0),
+            add.stride(0) if add is not None else 0,
+            cos.stride(0) if cos is not None else 0, out.stride(0),
+            rows, n, k, eps, half, rotary_cols,
+            HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
+            HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
+            BLOCK_N=config.block_n, BLOCK_K=next_power_of_2(k), num_warps=config.num_warps,
+        )
+        return
     splits, per_split = _split(k, config)
     if splits > 1:
         # [splits, tiles, a/b columns, rows, block_n]: each program's float32 partial sums
@@ -203,6 +242,21 @@ def _launch(
         BLOCK_M=max(16, next_power_of_2(rows)), BLOCK_N=config.block_n,
         BLOCK_K=config.block_k, num_warps=config.num_warps, num_stages=config.num_stages,
     )
+
+
+def _config_for(
+    x: torch.Tensor, k: int, paired: bool, config: LaunchConfig | None
+) -> LaunchConfig:
+    """The launch for ``x``'s rows over a reduction of ``k``: ``config``, else the default;
+    a gemv config whose weight tile would not fit (``GEMV_MAX_TILE``) becomes the ``tl.dot``
+    kernel's default. Depends on ``k`` and the row count's config only, so every row count
+    up to 16 keeps one summation order."""
+    config = config or default_config(x.dtype, x.shape[0])
+    if config.gemv:
+        tile = next_power_of_2(k) * config.block_n * (2 if paired else 1)
+        if tile > GEMV_MAX_TILE:
+            return LaunchConfig(block_k=64 if x.dtype == torch.float32 else 256)
+    return config
 
 
 def _stream(
@@ -248,7 +302,7 @@ def qkv_rotary(
         cos = cos.contiguous()
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
     half = head_dim // 2
-    config = config or default_config(x.dtype, x.shape[0])
+    config = _config_for(x, weight.shape[1], True, config)
     _launch(
         x, weight, out, heads * triton.cdiv(half, config.block_n), width, _ROTARY,
         residual=residual, total=total, norm_weight=norm_weight, eps=eps, bias=bias,
@@ -283,7 +337,7 @@ def gate_up_silu(
     width = weight.shape[0] // 2
     residual, total = _stream(x, residual)
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
-    config = config or default_config(x.dtype, x.shape[0])
+    config = _config_for(x, weight.shape[1], True, config)
     _launch(
         x, weight, out, triton.cdiv(width, config.block_n), width, _SILU_MUL,
         residual=residual, total=total, norm_weight=norm_weight, eps=eps, config=config,
@@ -308,7 +362,7 @@ def linear(
             raise ValueError(f"add {tuple(add.shape)} must be [{x.shape[0]}, {width}]")
         add = _rows(add, "add")
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
-    config = config or default_config(x.dtype, x.shape[0])
+    config = _config_for(x, weight.shape[1], False, config)
     _launch(
         x, weight, out, triton.cdiv(width, config.block_n), width, _PLAIN, bias=bias, add=add,
         config=config,

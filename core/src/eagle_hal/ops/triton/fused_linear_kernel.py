@@ -20,7 +20,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["fused_linear_kernel"]
+__all__ = ["fused_gemv_kernel", "fused_linear_kernel"]
 
 
 @triton.jit
@@ -223,6 +223,77 @@ def fused_linear_kernel(
                       out_stride, half, rotary_cols, HAS_BIAS, HAS_ADD, EPILOGUE)
             tl.store(arrivals_ptr + pid, 0)  # all splits have arrived: ready for next launch
     else:
+        _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, head,
+                  bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr, add_stride, cs_stride,
+                  out_stride, half, rotary_cols, HAS_BIAS, HAS_ADD, EPILOGUE)
+
+
+# one compiled kernel for every row count
+@triton.jit(do_not_specialize=["M"])
+def fused_gemv_kernel(
+    x_ptr, res_ptr, sum_ptr, norm_ptr, w_ptr, bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr,
+    x_stride, res_stride, w_stride, add_stride, cs_stride, out_stride,
+    M, N, K, eps, half, rotary_cols,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    HAS_ADD: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,  # >= K: the whole reduction in one tile
+):
+    """``fused_linear_kernel``'s four projections as matrix-vector products, for few rows
+    (same arguments but the split-K ones). Program ``j`` loads its ``[BLOCK_N, K]`` weight
+    tile (two where the epilogue pairs columns) once, issued before anything it waits on,
+    then takes the rows one after the other: the row's prologue (residual add, RMSNorm),
+    the products summed over ``K`` in float32 (``tl.sum``: a fixed reduction tree over
+    ``BLOCK_K`` lanes, so a row's result does not depend on ``M`` or the other rows), and
+    the epilogue. No ``tl.dot``: at a few rows its 16-row minimum tile is padding, and a
+    launch's time is latency — one wave of loads instead of a loop over ``K`` tiles."""
+    pid = tl.program_id(0)
+    offsets = tl.arange(0, BLOCK_N)
+    if EPILOGUE == 2:  # ROTARY: program = (head, part of its first half)
+        parts = tl.cdiv(half, BLOCK_N)
+        head = pid // parts
+        within = (pid % parts) * BLOCK_N + offsets
+        col_mask = within < half
+        cols_a = head * 2 * half + within
+        cols_b = cols_a + half
+    else:
+        head = 0
+        within = offsets
+        cols_a = pid * BLOCK_N + offsets
+        col_mask = cols_a < N
+        cols_b = cols_a + N
+    ks = tl.arange(0, BLOCK_K)
+    k_mask = ks < K
+    w_mask = col_mask[:, None] & k_mask[None, :]
+    w_a = tl.load(w_ptr + cols_a[:, None] * w_stride + ks[None, :], mask=w_mask, other=0.0)
+    if EPILOGUE != 0:
+        w_b = tl.load(w_ptr + cols_b[:, None] * w_stride + ks[None, :], mask=w_mask,
+                      other=0.0)
+    if HAS_NORM:
+        gain = tl.load(norm_ptr + ks, mask=k_mask, other=0.0).to(tl.float32)
+    row = tl.zeros([1], dtype=tl.int32)
+    for r in range(0, M):
+        rows = row + r
+        row_mask = rows < M
+        mask = row_mask[:, None] & k_mask[None, :]
+        x = _input_tile(x_ptr, res_ptr, x_stride, res_stride, rows, ks, mask, HAS_RESIDUAL)
+        if HAS_RESIDUAL:
+            if pid == 0:  # program 0 writes the stream
+                tl.store(sum_ptr + rows[:, None] * K + ks[None, :], x, mask=mask)
+        if HAS_NORM:
+            x32 = x.to(tl.float32)
+            inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=1) / K + eps)
+            normed = (x32 * inv_rms[:, None]).to(x.dtype)
+            x = (gain[None, :] * normed.to(tl.float32)).to(x.dtype)
+        x32 = x.to(tl.float32)  # [1, BLOCK_K]
+        acc_a = tl.sum(w_a.to(tl.float32) * x32, axis=1)[None, :]  # [1, BLOCK_N]
+        if EPILOGUE != 0:
+            acc_b = tl.sum(w_b.to(tl.float32) * x32, axis=1)[None, :]
+        else:
+            acc_b = acc_a
         _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, head,
                   bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr, add_stride, cs_stride,
                   out_stride, half, rotary_cols, HAS_BIAS, HAS_ADD, EPILOGUE)
