@@ -330,7 +330,7 @@ def test_split_k_launches_leave_the_counters_at_zero(splits):
         for a, b in zip(first, outputs, strict=True):
             assert torch.equal(a, b)
     assert_close(first[0], gate_up_oracle(case)[0])
-    assert not fused._ARRIVALS[DEVICE].any()
+    assert not fused._ARRIVALS[case["x"].device].any()
 
 
 def test_launch_config_is_validated():
@@ -347,8 +347,8 @@ def test_a_forced_launch_config_is_parsed_or_refused(monkeypatch):
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "16x128x4x3x3")
     assert default_config(torch.bfloat16, 1) == LaunchConfig(16, 128, 4, 3, 3)
     assert default_config(torch.float32, 1) == LaunchConfig(block_k=64)  # not forced
-    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "16x128")
-    assert default_config(torch.float16, 4) == LaunchConfig(16, 128)
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "16x128x2x2")
+    assert default_config(torch.float16, 4) == LaunchConfig(16, 128, 2, 2)
     for bad in ("16x128x0x3", "sixteen", "1x2x3x4x5x6"):
         monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", bad)
         with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_CONFIG"):
@@ -370,27 +370,30 @@ GEMV_CASES = [
 ]
 
 
-@pytest.mark.parametrize("block_n", [1, 4, 16])
+@pytest.mark.parametrize("block_n,block_m", [(1, 1), (4, 1), (16, 1), (2, 4), (4, 2)])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("projection,rows,flags", GEMV_CASES)
-def test_gemv_equals_float64_oracle(projection, rows, flags, dtype, block_n):
+def test_gemv_equals_float64_oracle(projection, rows, flags, dtype, block_n, block_m):
     """Each epilogue as a matrix-vector product equals norm + float64 matmul + epilogue,
-    for tiles narrower than the head's half (rotary), as wide, and wider than the output;
-    the stream (written by program 0) equals the sum."""
+    for tiles narrower than the head's half (rotary), as wide, and wider than the output,
+    a row at a time or several (the last step partly padding); the stream (written by
+    program 0) equals the sum."""
     build, call, oracle = PROJECTIONS[projection]
     case = build(rows, dtype, *flags)
+    config = fused.LaunchConfig(block_n=block_n, block_m=block_m, gemv=True)
 
-    actual = as_tuple(call(**case, config=fused.LaunchConfig(block_n=block_n, gemv=True)))
+    actual = as_tuple(call(**case, config=config))
 
     for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
         assert_close(got, expected.reshape(got.shape))
 
 
+@pytest.mark.parametrize("block_m", [1, 4])
 @pytest.mark.parametrize("projection,flags", [
     ("qkv_rotary", (True, True, True)), ("gate_up_silu", (True, True)),
     ("linear", (True, True)),
 ])
-def test_gemv_row_alone_equals_row_in_a_batch(projection, flags):
+def test_gemv_row_alone_equals_row_in_a_batch(projection, flags, block_m):
     """A row's reduction does not depend on the other rows: alone and in a batch of 16 its
     outputs are bit for bit the same."""
     build, call, _ = PROJECTIONS[projection]
@@ -399,7 +402,7 @@ def test_gemv_row_alone_equals_row_in_a_batch(projection, flags):
         name: value[:1] if name in ROW_INPUTS and value is not None else value
         for name, value in batch.items()
     }
-    config = fused.LaunchConfig(block_n=4, gemv=True)
+    config = fused.LaunchConfig(block_n=4, block_m=block_m, gemv=True)
 
     batched = as_tuple(call(**batch, config=config))
     single = as_tuple(call(**alone, config=config))
@@ -432,9 +435,12 @@ def test_gemv_config_is_parsed_and_validated(monkeypatch):
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g4x2")
     assert default_config(torch.bfloat16, 1) == LaunchConfig(block_n=4, num_warps=2,
                                                               gemv=True)
-    for bad in ("g4", "g3x4", "gx"):
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g2x2x4")
+    assert default_config(torch.bfloat16, 1) == LaunchConfig(block_n=2, num_warps=2,
+                                                              gemv=True, block_m=4)
+    for bad in ("g4", "g3x4", "gx", "g2x2x3", "g2x2x4x1"):
         monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", bad)
         with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_CONFIG"):
             default_config(torch.bfloat16, 1)
-    with pytest.raises(ValueError, match="power of two"):
+    with pytest.raises(ValueError, match="powers of two"):
         LaunchConfig(block_n=24, gemv=True)

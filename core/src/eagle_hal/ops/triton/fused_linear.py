@@ -28,8 +28,16 @@ they are in a model's forward. Either way results are deterministic, and a row's
 summation order does not depend on the other rows: the split boundaries depend on ``K``,
 ``block_k`` and ``splits`` only. A token therefore gives the same projection bit for bit
 alone or in a verify batch of up to 16 rows, for any ``splits``, as long as the batch
-sizes share a launch config (they do under ``default_config``); 17 to 32 rows take
-32-row tiles and, by default, narrower reduction tiles: another summation order.
+sizes share a launch config; 17 to 32 rows take 32-row tiles and, by default, narrower
+reduction tiles: another summation order.
+
+For a few 16-bit rows (``GEMV_ROWS``, the decode step of a small batch, a draft step)
+``default_config`` takes a second kernel, ``fused_gemv_kernel``: the same four
+projections as matrix-vector products without ``tl.dot``, each program's whole weight
+tile loaded in one wave. It halves the layer's time at one row (a launch there is
+latency, and the ``tl.dot`` kernel walks ``K`` tile by tile with 16-row padding) but sums
+in another order than the ``tl.dot`` kernel, so in 16-bit a decoded token and the same
+token in a larger verify batch may round differently (see ``default_config``).
 
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
@@ -75,8 +83,9 @@ class LaunchConfig:
 
     ``gemv``: the matrix-vector kernel (``fused_gemv_kernel``) instead: ``block_n`` output
     columns per program (any power of two), the whole of ``K`` in one tile (``block_k``,
-    ``num_stages`` and ``splits`` unused). Where a program's weight tile would exceed
-    ``GEMV_MAX_TILE`` elements the projection takes the ``tl.dot`` kernel's default."""
+    ``num_stages`` and ``splits`` unused), ``block_m`` rows per step of its row loop. Where
+    a step's products (``block_m`` x the program's weight elements) would exceed
+    ``GEMV_MAX_TILE`` the projection takes the ``tl.dot`` kernel's default."""
 
     block_n: int = 16
     block_k: int = 128
@@ -84,10 +93,12 @@ class LaunchConfig:
     num_stages: int = 3
     splits: int = 1
     gemv: bool = False
+    block_m: int = 1  # gemv: rows per step of its row loop (a power of two)
 
     def __post_init__(self) -> None:
-        if self.block_n < 1 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"block_n must be a power of two, got {self}")
+        for size in (self.block_n, self.block_m):
+            if size < 1 or size & (size - 1):
+                raise ValueError(f"block_n and block_m must be powers of two, got {self}")
         if not self.gemv and (self.block_n < 16 or self.block_k < 16):
             raise ValueError(f"block_n and block_k must be >= 16, got {self}")
         if self.num_warps < 1 or self.num_stages < 1 or self.splits < 1:
@@ -96,34 +107,51 @@ class LaunchConfig:
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
         """``BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (e.g. ``16x128x4x3x3``), or
-        ``gBLOCK_NxWARPS`` for the matrix-vector kernel (e.g. ``g4x4``)."""
+        ``gBLOCK_NxWARPS[xBLOCK_M]`` for the matrix-vector kernel (e.g. ``g2x2x4``)."""
         try:
             if text.startswith("g"):
-                block_n, warps = (int(v) for v in text[1:].split("x"))
-                return cls(block_n=block_n, num_warps=warps, gemv=True)
-            return cls(*(int(v) for v in text.split("x")))
+                fields = [int(v) for v in text[1:].split("x")]
+                if len(fields) not in (2, 3):
+                    raise ValueError(f"{len(fields)} fields")
+                return cls(block_n=fields[0], num_warps=fields[1], gemv=True,
+                           block_m=fields[2] if len(fields) == 3 else 1)
+            fields = [int(v) for v in text.split("x")]
+            if len(fields) not in (4, 5):
+                raise ValueError(f"{len(fields)} fields")
+            return cls(*fields)
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"launch config {text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS] "
-                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS (e.g. g4x4) ({error})"
+                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M] (e.g. g2x2x4) ({error})"
             ) from None
 
 
-GEMV_MAX_TILE = 16384  # weight elements per gemv program (both tiles where paired)
+GEMV_MAX_TILE = 16384  # products per gemv step: BLOCK_M x weight elements (both tiles)
+GEMV_ROWS = 4  # 16-bit forwards of up to this many rows take the gemv kernel by default
 
 
 def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
-    """The launch for ``rows`` rows of ``dtype``. 16-bit rows up to 16 take 256-wide
-    reduction tiles: on an H200, SmolLM2-135M's layer (attention excluded) then takes
-    21.5-22.9 us against 28.2-29.3 with 128-wide tiles and 23.7-24.0 unfused
-    (``benchmarks/bench_fused_linear.py``, docs/benchmarks/README.md); float32 and 32 rows
-    take 64-wide tiles (register pressure). No split-K by default until an H200 sweep
-    (``bench_fused_linear.py``'s fifth config field) has measured it: set ``splits`` below.
-    Rows 1 to 16 must keep one config, or a row alone and in a batch sum differently."""
+    """The launch for ``rows`` rows of ``dtype``. 16-bit rows up to ``GEMV_ROWS`` take the
+    matrix-vector kernel, two output columns per program on two warps: on an H200,
+    SmolLM2-135M's layer (attention excluded) then takes 11.9 us at one row against 22.4
+    with the ``tl.dot`` kernel and 23.7 unfused (``benchmarks/bench_fused_linear.py``,
+    docs/benchmarks/README.md); its cost grows by ~2.9 us a row, so from ``GEMV_ROWS + 1``
+    to 16 rows the ``tl.dot`` kernel takes 256-wide reduction tiles (22.4-23.2 us);
+    float32 and 17-32 rows take 64-wide tiles (register pressure). No split-K by default:
+    an H200 sweep found it no faster.
+
+    A row's summation order is the same for every row count that shares a config: 1 to
+    ``GEMV_ROWS`` rows, ``GEMV_ROWS + 1`` to 16, 17 to 32 (float32: 1 to 32). So a token
+    decoded alone and the same token inside a verify batch of more rows can round
+    differently in 16-bit, never in float32."""
     if dtype == torch.float32 or rows > 16:
         return LaunchConfig(block_k=64)
     forced = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_CONFIG", ""))
-    return forced or LaunchConfig(block_k=256, splits=1)
+    if forced:
+        return forced
+    if rows <= GEMV_ROWS:
+        return LaunchConfig(block_n=2, num_warps=2, gemv=True)
+    return LaunchConfig(block_k=256, splits=1)
 
 
 @functools.lru_cache(maxsize=4)
@@ -216,7 +244,8 @@ def _launch(
             rows, n, k, eps, half, rotary_cols,
             HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
             HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
-            BLOCK_N=config.block_n, BLOCK_K=next_power_of_2(k), num_warps=config.num_warps,
+            BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=next_power_of_2(k),
+            num_warps=config.num_warps,
         )
         return
     splits, per_split = _split(k, config)
@@ -253,7 +282,7 @@ def _config_for(
     up to 16 keeps one summation order."""
     config = config or default_config(x.dtype, x.shape[0])
     if config.gemv:
-        tile = next_power_of_2(k) * config.block_n * (2 if paired else 1)
+        tile = next_power_of_2(k) * config.block_n * (2 if paired else 1) * config.block_m
         if tile > GEMV_MAX_TILE:
             return LaunchConfig(block_k=64 if x.dtype == torch.float32 else 256)
     return config

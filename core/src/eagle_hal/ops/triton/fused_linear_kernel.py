@@ -239,16 +239,17 @@ def fused_gemv_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_ADD: tl.constexpr,
     EPILOGUE: tl.constexpr,
-    BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # rows per step of the row loop (padded: a row's sum order
+    BLOCK_N: tl.constexpr,  # depends on BLOCK_M, never on M)
     BLOCK_K: tl.constexpr,  # >= K: the whole reduction in one tile
 ):
     """``fused_linear_kernel``'s four projections as matrix-vector products, for few rows
     (same arguments but the split-K ones). Program ``j`` loads its ``[BLOCK_N, K]`` weight
     tile (two where the epilogue pairs columns) once, issued before anything it waits on,
-    then takes the rows one after the other: the row's prologue (residual add, RMSNorm),
-    the products summed over ``K`` in float32 (``tl.sum``: a fixed reduction tree over
-    ``BLOCK_K`` lanes, so a row's result does not depend on ``M`` or the other rows), and
-    the epilogue. No ``tl.dot``: at a few rows its 16-row minimum tile is padding, and a
+    then takes the rows ``BLOCK_M`` at a time: their prologue (residual add, RMSNorm), the
+    products summed over ``K`` in float32 (``tl.sum``: a fixed reduction tree over
+    ``BLOCK_K`` lanes, the same for every step of ``BLOCK_M`` rows, so a row's result does
+    not depend on ``M`` or the other rows), and the epilogue. No ``tl.dot``: at a few rows its 16-row minimum tile is padding, and a
     launch's time is latency — one wave of loads instead of a loop over ``K`` tiles."""
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK_N)
@@ -274,9 +275,11 @@ def fused_gemv_kernel(
                       other=0.0)
     if HAS_NORM:
         gain = tl.load(norm_ptr + ks, mask=k_mask, other=0.0).to(tl.float32)
-    row = tl.zeros([1], dtype=tl.int32)
-    for r in range(0, M):
-        rows = row + r
+    for start in range(0, M, BLOCK_M):
+        if BLOCK_M == 1:
+            rows = tl.zeros([1], dtype=tl.int32) + start
+        else:
+            rows = start + tl.arange(0, BLOCK_M)
         row_mask = rows < M
         mask = row_mask[:, None] & k_mask[None, :]
         x = _input_tile(x_ptr, res_ptr, x_stride, res_stride, rows, ks, mask, HAS_RESIDUAL)
@@ -288,12 +291,19 @@ def fused_gemv_kernel(
             inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=1) / K + eps)
             normed = (x32 * inv_rms[:, None]).to(x.dtype)
             x = (gain[None, :] * normed.to(tl.float32)).to(x.dtype)
-        x32 = x.to(tl.float32)  # [1, BLOCK_K]
-        acc_a = tl.sum(w_a.to(tl.float32) * x32, axis=1)[None, :]  # [1, BLOCK_N]
-        if EPILOGUE != 0:
-            acc_b = tl.sum(w_b.to(tl.float32) * x32, axis=1)[None, :]
-        else:
-            acc_b = acc_a
+        x32 = x.to(tl.float32)  # [BLOCK_M, BLOCK_K]
+        if BLOCK_M == 1:
+            acc_a = tl.sum(w_a.to(tl.float32) * x32, axis=1)[None, :]  # [1, BLOCK_N]
+            if EPILOGUE != 0:
+                acc_b = tl.sum(w_b.to(tl.float32) * x32, axis=1)[None, :]
+            else:
+                acc_b = acc_a
+        else:  # the chunk's rows at once: [BLOCK_M, BLOCK_N, BLOCK_K] products
+            acc_a = tl.sum(w_a.to(tl.float32)[None, :, :] * x32[:, None, :], axis=2)
+            if EPILOGUE != 0:
+                acc_b = tl.sum(w_b.to(tl.float32)[None, :, :] * x32[:, None, :], axis=2)
+            else:
+                acc_b = acc_a
         _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, head,
                   bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr, add_stride, cs_stride,
                   out_stride, half, rotary_cols, HAS_BIAS, HAS_ADD, EPILOGUE)
