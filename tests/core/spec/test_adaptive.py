@@ -214,3 +214,43 @@ def test_first_probe_after_the_warmup_keeps_within_the_budget() -> None:
 
     extra = controller.probe_iterations * (seconds(chosen[first]) - seconds(0))
     assert extra <= 0.02 * (first - warmup) * seconds(0) * 1.01
+
+
+@pytest.mark.parametrize("outlier", [4.0, float("inf")])
+def test_a_one_off_slow_iteration_does_not_decide_the_depth(outlier) -> None:
+    """The lease W case: S = 0 is best at batch 16 (the cost model's oracle) but one of its
+    warm-up iterations is 40x slow (a kernel compile). Left out as an outlier, the bucket
+    settles at 0 and the whole run keeps 0.97x plain's throughput; with the check off
+    (``outlier`` inf) the same sample keeps the bucket away from 0 (the regression)."""
+    model = _CostModel(16, infer_acceptance_rate(2.5, 5), 1e-3, 0.5e-3, 0.5e-3,
+                       catch_up_per_token=0.5e-3 / 32)
+    assert model.best(CANDIDATES) == 0
+    controller = AdaptiveController(CANDIDATES, outlier=outlier)
+    tokens = seconds = 0.0
+    zeros = 0
+    for _ in range(1000):
+        steps = controller.choose(16)
+        accept, spent, catch_up = model.iterate(steps)
+        if steps == 0:
+            zeros += 1
+            if zeros == 2:  # the first timed iteration at S = 0
+                spent *= 40
+        controller.observe(16, steps, accept, spent, catch_up)
+        tokens, seconds = tokens + accept, seconds + spent
+    if outlier == float("inf"):
+        assert controller.settled(16) != 0
+        return
+    assert controller.settled(16) == 0
+    assert tokens / seconds >= 0.9 * model.expected_throughput(0)
+
+
+def test_outliers_are_left_out_at_most_max_rejected_in_a_row() -> None:
+    """A depth that really became slower (every iteration 10x) is believed after
+    ``max_rejected`` left-out samples: its estimate follows."""
+    controller = AdaptiveController((0,), max_rejected=2)
+    for _ in range(5):
+        controller.observe(1, 0, 1.0, 1e-3)
+    for _ in range(3):
+        controller.observe(1, 0, 1.0, 1e-2)
+    (_, rates), = controller.snapshot().values()
+    assert rates[0] < 1.0 / 1e-3 * 0.95  # the third slow sample was folded in

@@ -22,6 +22,8 @@ not the chain formula's, and the cost of drafting depends on the batch.
   measured (its draft steps only: the catch-up it may pay is not known yet).
   The catch-up is charged to the probe, not to the depth's steady-state time: it is paid
   once per return to S > 0.
+* Outliers: an iteration over ``outlier`` times its depth's estimate (a compile, a
+  capture) is left out, up to ``max_rejected`` in a row.
 * Between probes, a settled S > 0 that measures slower than S = 0 did drops to 0 at once:
   a bucket never stays at a depth measured slower than plain decoding.
   The iteration that follows a stretch at S = 0 carries the draft's catch-up, so a probe
@@ -67,6 +69,7 @@ class _DepthStats:
     seconds: float = 0.0
     samples: int = 0  # timed samples folded in
     seen: int = 0  # iterations observed, the untimed settling one included
+    rejected: int = 0  # outliers left out in a row (see AdaptiveController.outlier)
 
     @property
     def throughput(self) -> float | None:
@@ -101,6 +104,8 @@ class AdaptiveController:
         max_probe_interval: int = 256,
         probe_iterations: int = 2,
         probe_budget: float = 0.02,
+        outlier: float = 4.0,
+        max_rejected: int = 2,
     ) -> None:
         if not candidates or any(s < 0 for s in candidates):
             raise ValueError("the adaptive controller needs candidate depths S >= 0")
@@ -117,6 +122,8 @@ class AdaptiveController:
         self.max_probe_interval = max(max_probe_interval, probe_interval)
         self.probe_iterations = probe_iterations
         self.probe_budget = probe_budget
+        self.outlier = outlier
+        self.max_rejected = max_rejected
         self._buckets: dict[int, _Bucket] = {}
 
     def bucket_of(self, batch_size: int) -> int:
@@ -182,7 +189,12 @@ class AdaptiveController:
             return
         stats.seen += 1
         steady = max(seconds - catch_up_seconds, 0.0)
-        if bucket.settled is not None or stats.seen > 1:  # warm-up's first one settles in
+        timed = bucket.settled is not None or stats.seen > 1  # warm-up's first settles in
+        if timed and self._is_outlier(bucket, stats, steady):
+            stats.rejected += 1
+            timed = False
+        if timed:
+            stats.rejected = 0
             stats.samples += 1
             weight = max(1.0 - self.ema, 1.0 / stats.samples)
             stats.accept += weight * (accept_length - stats.accept)
@@ -214,6 +226,23 @@ class AdaptiveController:
             # the probe's samples outweigh older ones: conditions may have changed since
             bucket.stats[probe].samples = min(bucket.stats[probe].samples, 6)
             bucket.plan = [probe] * self.probe_iterations
+
+    def _is_outlier(self, bucket: _Bucket, stats: _DepthStats, seconds: float) -> bool:
+        """Whether an iteration of ``seconds`` is a one-off to leave out: over ``outlier``
+        times the depth's estimate (before its first sample: the slowest other depth's),
+        at most ``max_rejected`` times in a row (after that conditions have changed). One
+        such sample (a compile, a capture, a page fault) among a depth's first few would
+        set its estimate for hundreds of iterations: on the H200 one 39 ms sample made
+        S = 0 look 20x slower than plain decoding at batch 16, and kept it from being
+        probed again within the run."""
+        if stats.rejected >= self.max_rejected:
+            return False
+        if stats.samples:
+            reference = stats.seconds
+        else:
+            others = [st.seconds for st in bucket.stats.values() if st.samples]
+            reference = max(others, default=0.0)
+        return reference > 0 and seconds > self.outlier * reference
 
     def _best(self, bucket: _Bucket) -> int:
         rated = {s: st.throughput for s, st in bucket.stats.items() if st.throughput is not None}
