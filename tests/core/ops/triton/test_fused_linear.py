@@ -370,17 +370,22 @@ GEMV_CASES = [
 ]
 
 
-@pytest.mark.parametrize("block_n,block_m", [(1, 1), (4, 1), (16, 1), (2, 4), (4, 2)])
+@pytest.mark.parametrize("block_n,block_m,prefetch", [
+    (1, 1, False), (4, 1, False), (16, 1, False), (2, 4, False), (4, 2, False),
+    (2, 1, True), (16, 1, True),
+])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("projection,rows,flags", GEMV_CASES)
-def test_gemv_equals_float64_oracle(projection, rows, flags, dtype, block_n, block_m):
+def test_gemv_equals_float64_oracle(projection, rows, flags, dtype, block_n, block_m,
+                                    prefetch):
     """Each epilogue as a matrix-vector product equals norm + float64 matmul + epilogue,
     for tiles narrower than the head's half (rotary), as wide, and wider than the output,
     a row at a time or several (the last step partly padding); the stream (written by
     program 0) equals the sum."""
     build, call, oracle = PROJECTIONS[projection]
     case = build(rows, dtype, *flags)
-    config = fused.LaunchConfig(block_n=block_n, block_m=block_m, gemv=True)
+    config = fused.LaunchConfig(block_n=block_n, block_m=block_m, gemv=True,
+                                prefetch=prefetch)
 
     actual = as_tuple(call(**case, config=config))
 
@@ -388,12 +393,12 @@ def test_gemv_equals_float64_oracle(projection, rows, flags, dtype, block_n, blo
         assert_close(got, expected.reshape(got.shape))
 
 
-@pytest.mark.parametrize("block_m", [1, 4])
+@pytest.mark.parametrize("block_m,prefetch", [(1, False), (4, False), (1, True)])
 @pytest.mark.parametrize("projection,flags", [
     ("qkv_rotary", (True, True, True)), ("gate_up_silu", (True, True)),
     ("linear", (True, True)),
 ])
-def test_gemv_row_alone_equals_row_in_a_batch(projection, flags, block_m):
+def test_gemv_row_alone_equals_row_in_a_batch(projection, flags, block_m, prefetch):
     """A row's reduction does not depend on the other rows: alone and in a batch of 16 its
     outputs are bit for bit the same."""
     build, call, _ = PROJECTIONS[projection]
@@ -402,7 +407,7 @@ def test_gemv_row_alone_equals_row_in_a_batch(projection, flags, block_m):
         name: value[:1] if name in ROW_INPUTS and value is not None else value
         for name, value in batch.items()
     }
-    config = fused.LaunchConfig(block_n=4, block_m=block_m, gemv=True)
+    config = fused.LaunchConfig(block_n=4, block_m=block_m, gemv=True, prefetch=prefetch)
 
     batched = as_tuple(call(**batch, config=config))
     single = as_tuple(call(**alone, config=config))
@@ -438,9 +443,29 @@ def test_gemv_config_is_parsed_and_validated(monkeypatch):
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g2x2x4")
     assert default_config(torch.bfloat16, 1) == LaunchConfig(block_n=2, num_warps=2,
                                                               gemv=True, block_m=4)
-    for bad in ("g4", "g3x4", "gx", "g2x2x3", "g2x2x4x1"):
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g2x2p")
+    assert default_config(torch.bfloat16, 1) == LaunchConfig(block_n=2, num_warps=2,
+                                                              gemv=True, prefetch=True)
+    for bad in ("g4", "g3x4", "gx", "g2x2x3", "g2x2x4x1", "g2x2x4p"):
         monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", bad)
         with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_CONFIG"):
             default_config(torch.bfloat16, 1)
     with pytest.raises(ValueError, match="powers of two"):
         LaunchConfig(block_n=24, gemv=True)
+
+
+def test_the_gemv_split_can_be_set_for_benchmarks(monkeypatch):
+    """EAGLE_HAL_GEMV=ROWS:CONFIG moves the row count up to which 16-bit forwards take the
+    gemv kernel, and its config; float32 never takes it; a malformed value says how."""
+    from eagle_hal.ops.triton.fused_linear import GEMV_CONFIG, GEMV_ROWS, default_config
+
+    assert default_config(torch.bfloat16, GEMV_ROWS) == GEMV_CONFIG
+    assert not default_config(torch.bfloat16, GEMV_ROWS + 1).gemv
+    monkeypatch.setenv("EAGLE_HAL_GEMV", "8:g2x2p")
+    assert default_config(torch.bfloat16, 8).prefetch
+    assert not default_config(torch.bfloat16, 9).gemv
+    assert not default_config(torch.float32, 1).gemv
+    for bad in ("8", "8:16x128x4x3", "17:g2x2", "x:g2x2"):
+        monkeypatch.setenv("EAGLE_HAL_GEMV", bad)
+        with pytest.raises(ValueError, match="EAGLE_HAL_GEMV"):
+            default_config(torch.bfloat16, 1)

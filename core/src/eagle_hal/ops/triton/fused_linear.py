@@ -94,6 +94,7 @@ class LaunchConfig:
     splits: int = 1
     gemv: bool = False
     block_m: int = 1  # gemv: rows per step of its row loop (a power of two)
+    prefetch: bool = False  # gemv, block_m 1: the next row's loads issued before a row sums
 
     def __post_init__(self) -> None:
         for size in (self.block_n, self.block_m):
@@ -103,18 +104,22 @@ class LaunchConfig:
             raise ValueError(f"block_n and block_k must be >= 16, got {self}")
         if self.num_warps < 1 or self.num_stages < 1 or self.splits < 1:
             raise ValueError(f"num_warps, num_stages and splits must be >= 1, got {self}")
+        if self.prefetch and (not self.gemv or self.block_m != 1):
+            raise ValueError(f"prefetch is for the gemv kernel with block_m 1, got {self}")
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
         """``BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (e.g. ``16x128x4x3x3``), or
-        ``gBLOCK_NxWARPS[xBLOCK_M]`` for the matrix-vector kernel (e.g. ``g2x2x4``)."""
+        ``gBLOCK_NxWARPS[xBLOCK_M][p]`` for the matrix-vector kernel (e.g. ``g2x2x4``;
+        ``p``: prefetch, e.g. ``g2x2p``)."""
         try:
             if text.startswith("g"):
-                fields = [int(v) for v in text[1:].split("x")]
+                prefetch = text.endswith("p")
+                fields = [int(v) for v in text[1:].removesuffix("p").split("x")]
                 if len(fields) not in (2, 3):
                     raise ValueError(f"{len(fields)} fields")
                 return cls(block_n=fields[0], num_warps=fields[1], gemv=True,
-                           block_m=fields[2] if len(fields) == 3 else 1)
+                           block_m=fields[2] if len(fields) == 3 else 1, prefetch=prefetch)
             fields = [int(v) for v in text.split("x")]
             if len(fields) not in (4, 5):
                 raise ValueError(f"{len(fields)} fields")
@@ -128,6 +133,7 @@ class LaunchConfig:
 
 GEMV_MAX_TILE = 16384  # products per gemv step: BLOCK_M x weight elements (both tiles)
 GEMV_ROWS = 4  # 16-bit forwards of up to this many rows take the gemv kernel by default
+GEMV_CONFIG = LaunchConfig(block_n=2, num_warps=2, gemv=True)
 
 
 def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
@@ -149,9 +155,28 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     forced = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_CONFIG", ""))
     if forced:
         return forced
-    if rows <= GEMV_ROWS:
-        return LaunchConfig(block_n=2, num_warps=2, gemv=True)
+    gemv_rows, gemv = _gemv_default(os.environ.get("EAGLE_HAL_GEMV", ""))
+    if rows <= gemv_rows:
+        return gemv
     return LaunchConfig(block_k=256, splits=1)
+
+
+@functools.lru_cache(maxsize=4)
+def _gemv_default(text: str) -> tuple[int, LaunchConfig]:
+    """(rows up to which 16-bit forwards take the gemv kernel, its config):
+    ``GEMV_ROWS`` and ``GEMV_CONFIG``, or ``EAGLE_HAL_GEMV=ROWS:CONFIG`` (e.g.
+    ``8:g2x2p``) to measure another split end to end (benchmarks)."""
+    if not text:
+        return GEMV_ROWS, GEMV_CONFIG
+    try:
+        rows, config = text.split(":")
+        parsed = LaunchConfig.parse(config)
+        if not parsed.gemv or not 0 <= int(rows) <= 16:
+            raise ValueError("want rows 0-16 and a gemv config")
+        return int(rows), parsed
+    except ValueError as error:
+        raise ValueError(f"EAGLE_HAL_GEMV={text!r}: expected ROWS:gCONFIG, e.g. 8:g2x2p "
+                         f"({error})") from None
 
 
 @functools.lru_cache(maxsize=4)
@@ -245,7 +270,7 @@ def _launch(
             HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
             HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=next_power_of_2(k),
-            num_warps=config.num_warps,
+            PREFETCH=config.prefetch, num_warps=config.num_warps,
         )
         return
     splits, per_split = _split(k, config)

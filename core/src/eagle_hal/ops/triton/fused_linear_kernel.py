@@ -48,12 +48,39 @@ def _dot(x, w, acc, DOT_FP32: tl.constexpr):
 
 
 @triton.jit
-def _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, head,
-              bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr, add_stride, cs_stride, out_stride,
-              half, rotary_cols, HAS_BIAS: tl.constexpr, HAS_ADD: tl.constexpr,
-              EPILOGUE: tl.constexpr):
+def _epilogue_inputs(rows, row_mask, cols_a, col_mask, within, add_ptr, cos_ptr, sin_ptr,
+                     add_stride, cs_stride, half, HAS_ADD: tl.constexpr,
+                     EPILOGUE: tl.constexpr):
+    """The epilogue's per-row inputs as float32 ``[rows, BLOCK_N]`` tiles: the added
+    tensor (PLAIN with HAS_ADD), cos and sin of both rotary halves (ROTARY); zeros where
+    the epilogue takes none."""
+    out_mask = row_mask[:, None] & col_mask[None, :]
+    zero = (rows[:, None] + within[None, :] * 0).to(tl.float32) * 0.0
+    add = zero
+    cos_first = zero
+    cos_second = zero
+    sin_first = zero
+    sin_second = zero
+    if EPILOGUE == 0:
+        if HAS_ADD:
+            add = tl.load(add_ptr + rows[:, None] * add_stride + cols_a[None, :], mask=out_mask,
+                          other=0.0).to(tl.float32)
+    elif EPILOGUE == 2:
+        cs = rows[:, None] * cs_stride + within[None, :]
+        cos_first = tl.load(cos_ptr + cs, mask=out_mask, other=0.0).to(tl.float32)
+        cos_second = tl.load(cos_ptr + cs + half, mask=out_mask, other=0.0).to(tl.float32)
+        sin_first = tl.load(sin_ptr + cs, mask=out_mask, other=0.0).to(tl.float32)
+        sin_second = tl.load(sin_ptr + cs + half, mask=out_mask, other=0.0).to(tl.float32)
+    return add, cos_first, cos_second, sin_first, sin_second
+
+
+@triton.jit
+def _finish(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, head, bias_ptr, out_ptr,
+            out_stride, half, rotary_cols, add, cos_first, cos_second, sin_first, sin_second,
+            HAS_BIAS: tl.constexpr, HAS_ADD: tl.constexpr, EPILOGUE: tl.constexpr):
     """Store the finished tile(s) from the float32 sums ``acc_a`` (and ``acc_b``, the
-    paired columns): bias, then the epilogue's roundings, then ``out``."""
+    paired columns) and the epilogue's inputs (``_epilogue_inputs``): bias, then the
+    epilogue's roundings, then ``out``."""
     dtype = out_ptr.dtype.element_ty
     if HAS_BIAS:
         acc_a += tl.load(bias_ptr + cols_a, mask=col_mask, other=0.0).to(tl.float32)[None, :]
@@ -64,9 +91,7 @@ def _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, he
     if EPILOGUE == 0:
         y = acc_a.to(dtype)
         if HAS_ADD:
-            add = tl.load(add_ptr + rows[:, None] * add_stride + cols_a[None, :], mask=out_mask,
-                          other=0.0)
-            y = (add.to(tl.float32) + y.to(tl.float32)).to(dtype)
+            y = (add + y.to(tl.float32)).to(dtype)
         tl.store(out_a, y, mask=out_mask)
     elif EPILOGUE == 1:
         gate = acc_a.to(dtype).to(tl.float32)
@@ -76,11 +101,6 @@ def _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, he
     else:
         first = acc_a.to(dtype).to(tl.float32)
         second = acc_b.to(dtype).to(tl.float32)
-        cs = rows[:, None] * cs_stride + within[None, :]
-        cos_first = tl.load(cos_ptr + cs, mask=out_mask, other=0.0).to(tl.float32)
-        cos_second = tl.load(cos_ptr + cs + half, mask=out_mask, other=0.0).to(tl.float32)
-        sin_first = tl.load(sin_ptr + cs, mask=out_mask, other=0.0).to(tl.float32)
-        sin_second = tl.load(sin_ptr + cs + half, mask=out_mask, other=0.0).to(tl.float32)
         # x * cos + rotate_half(x) * sin, rotate_half(x) = [-second, first]; each op rounds
         rotated_first = (first * cos_first).to(dtype).to(tl.float32) + (
             -second * sin_first
@@ -94,6 +114,20 @@ def _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, he
         tl.store(out_a, first.to(dtype), mask=out_mask)
         tl.store(out_ptr + rows[:, None] * out_stride + cols_b[None, :], second.to(dtype),
                  mask=out_mask)
+
+
+@triton.jit
+def _epilogue(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, within, head,
+              bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr, add_stride, cs_stride, out_stride,
+              half, rotary_cols, HAS_BIAS: tl.constexpr, HAS_ADD: tl.constexpr,
+              EPILOGUE: tl.constexpr):
+    """``_epilogue_inputs`` then ``_finish``."""
+    add, cos_first, cos_second, sin_first, sin_second = _epilogue_inputs(
+        rows, row_mask, cols_a, col_mask, within, add_ptr, cos_ptr, sin_ptr, add_stride,
+        cs_stride, half, HAS_ADD, EPILOGUE)
+    _finish(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, head, bias_ptr, out_ptr,
+            out_stride, half, rotary_cols, add, cos_first, cos_second, sin_first, sin_second,
+            HAS_BIAS, HAS_ADD, EPILOGUE)
 
 
 # one compiled kernel for every row count and every number of blocks per split
@@ -242,6 +276,7 @@ def fused_gemv_kernel(
     BLOCK_M: tl.constexpr,  # rows per step of the row loop (padded: a row's sum order
     BLOCK_N: tl.constexpr,  # depends on BLOCK_M, never on M)
     BLOCK_K: tl.constexpr,  # >= K: the whole reduction in one tile
+    PREFETCH: tl.constexpr = False,  # BLOCK_M 1: load row r + 1's inputs while row r sums
 ):
     """``fused_linear_kernel``'s four projections as matrix-vector products, for few rows
     (same arguments but the split-K ones). Program ``j`` loads its ``[BLOCK_N, K]`` weight
@@ -275,6 +310,61 @@ def fused_gemv_kernel(
                       other=0.0)
     if HAS_NORM:
         gain = tl.load(norm_ptr + ks, mask=k_mask, other=0.0).to(tl.float32)
+    if PREFETCH:  # one row a step; the next row's loads in flight while this one sums
+        rows = tl.zeros([1], dtype=tl.int32)
+        row_mask = rows < M
+        mask = row_mask[:, None] & k_mask[None, :]
+        x_raw = tl.load(x_ptr + rows[:, None] * x_stride + ks[None, :], mask=mask, other=0.0)
+        res_raw = x_raw
+        if HAS_RESIDUAL:
+            res_raw = tl.load(res_ptr + rows[:, None] * res_stride + ks[None, :], mask=mask,
+                              other=0.0)
+        add, cos_first, cos_second, sin_first, sin_second = _epilogue_inputs(
+            rows, row_mask, cols_a, col_mask, within, add_ptr, cos_ptr, sin_ptr, add_stride,
+            cs_stride, half, HAS_ADD, EPILOGUE)
+        for r in range(0, M):
+            rows = tl.zeros([1], dtype=tl.int32) + r
+            row_mask = rows < M
+            mask = row_mask[:, None] & k_mask[None, :]
+            following = rows + 1
+            following_mask = following < M
+            next_mask = following_mask[:, None] & k_mask[None, :]
+            x_next = tl.load(x_ptr + following[:, None] * x_stride + ks[None, :],
+                             mask=next_mask, other=0.0)
+            res_next = x_next
+            if HAS_RESIDUAL:
+                res_next = tl.load(res_ptr + following[:, None] * res_stride + ks[None, :],
+                                   mask=next_mask, other=0.0)
+            add_n, cos_first_n, cos_second_n, sin_first_n, sin_second_n = _epilogue_inputs(
+                following, following_mask, cols_a, col_mask, within, add_ptr, cos_ptr,
+                sin_ptr, add_stride, cs_stride, half, HAS_ADD, EPILOGUE)
+            x = x_raw
+            if HAS_RESIDUAL:
+                x = (x_raw.to(tl.float32) + res_raw.to(tl.float32)).to(x_raw.dtype)
+                if pid == 0:
+                    tl.store(sum_ptr + rows[:, None] * K + ks[None, :], x, mask=mask)
+            if HAS_NORM:
+                x32 = x.to(tl.float32)
+                inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=1) / K + eps)
+                normed = (x32 * inv_rms[:, None]).to(x.dtype)
+                x = (gain[None, :] * normed.to(tl.float32)).to(x.dtype)
+            x32 = x.to(tl.float32)
+            acc_a = tl.sum(w_a.to(tl.float32) * x32, axis=1)[None, :]
+            if EPILOGUE != 0:
+                acc_b = tl.sum(w_b.to(tl.float32) * x32, axis=1)[None, :]
+            else:
+                acc_b = acc_a
+            _finish(acc_a, acc_b, rows, row_mask, cols_a, cols_b, col_mask, head, bias_ptr,
+                    out_ptr, out_stride, half, rotary_cols, add, cos_first, cos_second,
+                    sin_first, sin_second, HAS_BIAS, HAS_ADD, EPILOGUE)
+            x_raw = x_next
+            res_raw = res_next
+            add = add_n
+            cos_first = cos_first_n
+            cos_second = cos_second_n
+            sin_first = sin_first_n
+            sin_second = sin_second_n
+        return
     for start in range(0, M, BLOCK_M):
         if BLOCK_M == 1:
             rows = tl.zeros([1], dtype=tl.int32) + start
