@@ -15,7 +15,7 @@ SPLIT=$(python3 - $O/micro.txt <<'PY'
 import sys
 lines = open(sys.argv[1]).read().splitlines()
 head = next(l.split() for l in lines if l.split()[:2] == ["rows", "unfused"])
-table = {int(l.split()[0]): dict(zip(head, map(float, l.split()[:len(head)])))
+table = {int(l.split()[0]): dict(zip(head, (float(v.rstrip("x!")) for v in l.split()[:len(head)])))
          for l in lines if l.split() and l.split()[0].isdigit() and len(l.split()) >= len(head)}
 best = min((n for n in head if n.endswith("p")), key=lambda n: table[1][n])
 rows = max([r for r in table if table[r][best] < table[r]["16x256x4x3"]], default=1)
