@@ -133,18 +133,20 @@ class LaunchConfig:
 
 GEMV_MAX_TILE = 16384  # products per gemv step: BLOCK_M x weight elements (both tiles)
 GEMV_ROWS = 4  # 16-bit forwards of up to this many rows take the gemv kernel by default
-GEMV_CONFIG = LaunchConfig(block_n=2, num_warps=2, gemv=True)
+GEMV_CONFIG = LaunchConfig(block_n=2, num_warps=2, gemv=True, prefetch=True)
 
 
 def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     """The launch for ``rows`` rows of ``dtype``. 16-bit rows up to ``GEMV_ROWS`` take the
-    matrix-vector kernel, two output columns per program on two warps: on an H200,
-    SmolLM2-135M's layer (attention excluded) then takes 11.9 us at one row against 22.4
-    with the ``tl.dot`` kernel and 23.7 unfused (``benchmarks/bench_fused_linear.py``,
-    docs/benchmarks/README.md); its cost grows by ~2.9 us a row, so from ``GEMV_ROWS + 1``
-    to 16 rows the ``tl.dot`` kernel takes 256-wide reduction tiles (22.4-23.2 us);
-    float32 and 17-32 rows take 64-wide tiles (register pressure). No split-K by default:
-    an H200 sweep found it no faster.
+    matrix-vector kernel (``GEMV_CONFIG``: two output columns per program on two warps,
+    the next row's loads in flight while a row sums). On an H200, SmolLM2-135M's layer
+    (attention excluded, ``benchmarks/bench_fused_linear.py``, lease Z) then takes 11.8 /
+    13.9 / 18.0 / 22.4 us at 1 / 2 / 4 / 6 rows against 22.7-23.0 with the ``tl.dot``
+    kernel and 23.8-23.9 unfused; from 8 rows on the ``tl.dot`` kernel is faster, and
+    ``GEMV_ROWS`` stops at 4, where the margin is clear. From ``GEMV_ROWS + 1`` to 16 rows
+    the ``tl.dot`` kernel takes 256-wide reduction tiles; float32 and 17-32 rows take
+    64-wide tiles (register pressure). No split-K by default: an H200 sweep found it no
+    faster.
 
     A row's summation order is the same for every row count that shares a config: 1 to
     ``GEMV_ROWS`` rows, ``GEMV_ROWS + 1`` to 16, 17 to 32 (float32: 1 to 32). So a token
