@@ -397,9 +397,9 @@ def test_a_change_of_depth_is_charged_to_the_probe(backend, pair):
 def test_the_controller_sees_every_token_and_every_pause_as_requests_finish(backend, pair):
     """Requests finishing one by one at a fixed depth: each batch change reads the chain
     back (its tokens folded into the next report) and restarts it. Every token reaches
-    the controller, and the reports' times add up to the wall time from the first decode
-    call to the last reported one, pauses between calls (the engine's work, here 20 ms
-    per streamed delta) included, whatever the batch did in between."""
+    the controller, and the reports' times add up to the wall time from the prefill's end
+    to the last reported call's, pauses between calls (the engine's work, here 20 ms per
+    streamed delta) included, whatever the batch did in between."""
     import time
 
     llm = scripted(backend, pair, [3])
@@ -417,7 +417,15 @@ def test_the_controller_sees_every_token_and_every_pause_as_requests_finish(back
 
     worker.decode = recording_decode
     prefill, prefills = worker.prefill, []
-    worker.prefill = lambda requests: (prefills.append(len(calls)), prefill(requests))[1]
+    ends = []
+
+    def recording_prefill(requests):
+        prefills.append(len(calls))
+        emitted = prefill(requests)
+        ends.append(time.perf_counter())
+        return emitted
+
+    worker.prefill = recording_prefill
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (12, 40, 5, 25, 33)]
     for _ in llm.stream(PROMPTS, params):
         time.sleep(0.02)
@@ -427,7 +435,7 @@ def test_the_controller_sees_every_token_and_every_pause_as_requests_finish(back
     assert sum(a for _, a, _, _ in observed) == pytest.approx(
         sum(call[3] for call in calls[: last + 1]), abs=1e-9)
     assert sum(seconds for _, _, seconds, _ in observed) == pytest.approx(
-        calls[last][1] - calls[0][0], rel=0.01, abs=0.002)
+        calls[last][1] - ends[0], rel=0.01, abs=0.002)
 
 
 def test_a_chain_drained_for_want_of_kv_pages_still_advances(backend):
@@ -470,3 +478,49 @@ def test_reports_are_consistent_across_depth_changes_and_finishing_requests(back
         assert observed
         assert all(0.0 <= c <= seconds + 1e-9 for _, _, seconds, c in observed)
         assert all(a == 1.0 for s, a, _, _ in observed if s == 0)
+
+
+@pytest.mark.parametrize("schedule", [[3], [0]], ids=["chain", "plain"])
+def test_a_prefill_with_an_iteration_in_flight_leaves_the_wait_on_the_depth(
+    backend, pair, schedule
+):
+    """Five requests through a batch of two: prefills run while an iteration is in flight.
+    The time from the call before a prefill to the prefill's start (here the engine's
+    work, a 20 ms pause per streamed delta; on a GPU also the device finishing the
+    iteration, which the prefill's read-back would otherwise absorb) is the depth's, and
+    so is the time from a prefill's end to the next call: the reports' times add up to
+    the wall time from the first prefill's end to the last reported call's, less the
+    later prefills' own time. (Before, each prefill dropped both pauses:
+    lease W/Y rated a depth ~2x too fast at batch 16, where requests join often.)"""
+    import time
+
+    llm = scripted(backend, pair, schedule, max_batch_size=2)
+    worker = llm.worker
+    decode, prefill, calls, prefills = worker.decode, worker.prefill, [], []
+
+    def recording_decode(requests):
+        start = time.perf_counter()
+        reports = len(worker.controller.observed)
+        emitted = decode(requests)
+        calls.append((start, time.perf_counter(), len(worker.controller.observed) > reports))
+        return emitted
+
+    def recording_prefill(requests):
+        in_flight = worker._in_flight is not None or worker._spec_flight is not None
+        start = time.perf_counter()
+        emitted = prefill(requests)
+        prefills.append((len(calls), in_flight, start, time.perf_counter()))
+        return emitted
+
+    worker.decode, worker.prefill = recording_decode, recording_prefill
+    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (12, 30, 9, 20, 15)]
+    for _ in llm.stream(PROMPTS, params):
+        time.sleep(0.02)
+    last = max(i for i, call in enumerate(calls) if call[2])
+    mid_run = [p for p in prefills if 0 < p[0] <= last]
+    assert mid_run and any(in_flight for _, in_flight, _, _ in mid_run)
+    observed = worker.controller.observed
+    prefill_time = sum(end - start for _, _, start, end in mid_run)
+    first = max(end for at, _, _, end in prefills if at == 0)  # the clock starts there
+    assert sum(seconds for _, _, seconds, _ in observed) == pytest.approx(
+        calls[last][1] - first - prefill_time, rel=0.01, abs=0.003)

@@ -10,7 +10,10 @@ account:
 
 * the clock runs from the end of the previous decode call (so the engine's work on the
   tokens between calls, which grows with the accept length, and the device's work on an
-  iteration in flight meanwhile are counted); a prefill restarts it at the next call;
+  iteration in flight meanwhile are counted); a prefill's own time is left out: the
+  worker first lets the iteration in flight finish and charges that wait (and the
+  engine's work before it) to the depth (``absorb``), and the clock restarts at the
+  prefill's end;
 * calls that report nothing after a batch change (the chain read back for the requests
   still running, the new chain's first launch) are the depth's own cost: their time and
   the read-back's tokens go into the depth's next report;
@@ -42,13 +45,34 @@ class ControllerReports:
         self.in_switch = False
         self.reported = False  # whether the call under way has reported
 
+    def absorb(self, now: float) -> None:
+        """A prefill is about to run with an iteration in flight, which the device has
+        finished by ``now`` (the worker synchronised): the time since the last call's end
+        is the depth's (the switch's, during one), as the next call's would have been.
+        Without this the prefill's read-back absorbed the iteration's device time and the
+        next call reported the iteration's tokens for a read-back that no longer waited:
+        a depth's rate came out too high, and the more so the longer its iterations and
+        the more often requests join (at batch 16-64 a prefill every few calls)."""
+        if self.last_end is None:
+            return
+        if self.in_switch:
+            self.switch_seconds += now - self.last_end
+        else:
+            self.unreported += now - self.last_end
+        self.last_end = now
+
     def prefill(self) -> None:
-        """A prefill ran: its time is no depth's, so the next call's clock starts with it."""
+        """A prefill starts: its time is no depth's."""
         self.last_end = None
+
+    def prefilled(self, now: float) -> None:
+        """The prefill ended at ``now``: the next call's clock starts there (the engine's
+        work between the prefill and that call is the depth's, as between two calls)."""
+        self.last_end = now
 
     def begin(self, steps: int, start: float) -> float:
         """A decode call at depth ``steps`` starts at ``start``; returns when its period
-        began (the previous call's end, or ``start`` after a prefill)."""
+        began (the previous call's end or prefill's end; ``start`` before any)."""
         if steps != self.previous_steps:
             self.in_switch = True
             self.switch_seconds += self.unreported

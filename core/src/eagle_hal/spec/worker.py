@@ -179,8 +179,21 @@ class EagleWorker:
 
     @torch.inference_mode()
     def prefill(self, requests: Sequence[Request]) -> list[list[int]]:
-        runner = self.runner
+        if self.controller is not None and (
+            self._in_flight is not None or self._spec_flight is not None
+        ):
+            # the prefill's read-back would wait for the iteration in flight: let it finish
+            # first, on the depth's clock (spec.reports.ControllerReports.absorb)
+            self.runner.backend.synchronize()
+            self.reports.absorb(time.perf_counter())
         self.reports.prefill()
+        try:
+            return self._prefill(requests)
+        finally:
+            self.reports.prefilled(time.perf_counter())
+
+    def _prefill(self, requests: Sequence[Request]) -> list[list[int]]:
+        runner = self.runner
         contexts = [Scheduler.context_ids(r) for r in requests]
         lengths = [len(c) for c in contexts]
         rows = [self._row(r) for r in requests]
