@@ -323,7 +323,9 @@ class _KernelCompiles:
 
         def hook(*args: Any, **kwargs: Any) -> Any:
             self.count = (self.count or 0) + 1
-            self.kernels.append(str(kwargs.get("repr", "?"))[:240])
+            # whole: the argument list's specialisations (a pointer's alignment, an
+            # integer's divisibility by 16) tell which argument made a new variant
+            self.kernels.append(str(kwargs.get("repr", "?"))[:8000])
             return previous(*args, **kwargs) if previous is not None else None
 
         knobs.jit_post_compile_hook = hook
