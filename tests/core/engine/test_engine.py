@@ -299,3 +299,17 @@ def test_a_stop_string_split_across_held_back_bytes_still_cuts(backend, models):
     # every kind met: "\n" and a wide stop string, a stop and a length finish
     assert {(True, FinishReason.STOP), (False, FinishReason.STOP)} <= checked
     assert any(reason is FinishReason.LENGTH for _, reason in checked)
+
+
+def test_uploaded_views_start_on_16_byte_boundaries():
+    """``ModelRunner.upload`` packs lists of any lengths into one copy; every view holds its
+    list and starts 16-byte aligned (Triton specialises kernels on pointer alignment, so
+    length-dependent offsets compiled new kernel variants mid-run)."""
+    import torch
+
+    target = near_bigram_target(seed=1)
+    llm = LLM.from_models(select_backend("cpu"), target, None, spec=SpecConfig(num_steps=0))
+    lists = [[5], [], [1, 2, 3], [7, 8], [9], [4, 4, 4, 4, 4]]
+    views = llm.runner.upload(*lists)
+    assert [v.tolist() for v in views] == lists
+    assert all(v.dtype == torch.int64 and v.data_ptr() % 16 == 0 for v in views if v.numel())

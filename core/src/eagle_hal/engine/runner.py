@@ -121,12 +121,25 @@ class ModelRunner:
 
     def upload(self, *lists: Sequence[int]) -> list[torch.Tensor]:
         """Several host int lists as int64 device tensors (views of one), in one
-        host-to-device copy from pinned memory that does not wait for the device."""
-        host = torch.tensor([v for values in lists for v in values], dtype=torch.int64)
+        host-to-device copy from pinned memory that does not wait for the device.
+
+        Each view starts on a 16-byte boundary (segments padded to an even length): Triton
+        specialises a kernel on whether each pointer argument is 16-byte aligned, so views
+        at offsets that depend on the lists' lengths compiled new variants of the attention
+        kernel mid-run, ~1 s each (lease X: the adaptive mode's catch-ups)."""
+        values: list[int] = []
+        spans = []
+        for segment in lists:
+            values.extend(segment)
+            spans.append(len(segment))
+            if len(segment) % 2:
+                values.append(0)
+        host = torch.tensor(values, dtype=torch.int64)
         if self.device.type != "cpu":
             host = host.pin_memory()
         flat = host.to(self.device, non_blocking=True)
-        return list(flat.split([len(values) for values in lists]))
+        padded = flat.split([n + n % 2 for n in spans])
+        return [view[:n] for view, n in zip(padded, spans)]
 
     def slots_at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Slots of logical ``positions`` (any shape) of table ``rows`` (broadcastable)."""
