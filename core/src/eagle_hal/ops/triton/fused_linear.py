@@ -127,7 +127,7 @@ class LaunchConfig:
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"launch config {text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS] "
-                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M] (e.g. g2x2x4) ({error})"
+                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M][p] (e.g. g2x2p) ({error})"
             ) from None
 
 
@@ -149,9 +149,9 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     faster.
 
     A row's summation order is the same for every row count that shares a config: 1 to
-    ``GEMV_ROWS`` rows, ``GEMV_ROWS + 1`` to 16, 17 to 32 (float32: 1 to 32). So a token
-    decoded alone and the same token inside a verify batch of more rows can round
-    differently in 16-bit, never in float32."""
+    ``GEMV_ROWS`` rows, ``GEMV_ROWS + 1`` to 16 (float32: 1 to 16), 17 to 32. So in
+    16-bit a token decoded alone and the same token inside a verify batch of
+    ``GEMV_ROWS + 1`` to 16 rows can round differently; in float32 they cannot."""
     if dtype == torch.float32 or rows > 16:
         return LaunchConfig(block_k=64)
     forced = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_CONFIG", ""))
