@@ -246,11 +246,53 @@ def test_a_one_off_slow_iteration_does_not_decide_the_depth(outlier) -> None:
 
 def test_outliers_are_left_out_at_most_max_rejected_in_a_row() -> None:
     """A depth that really became slower (every iteration 10x) is believed after
-    ``max_rejected`` left-out samples: its estimate follows."""
+    ``max_rejected`` left-out samples: its estimate follows; the two before leave it
+    exactly as it was."""
     controller = AdaptiveController((0,), max_rejected=2)
     for _ in range(5):
         controller.observe(1, 0, 1.0, 1e-3)
-    for _ in range(3):
+
+    def rate() -> float:
+        (_, rates), = controller.snapshot().values()
+        return rates[0]
+
+    before = rate()
+    assert before == pytest.approx(1.0 / 1e-3)
+    for _ in range(2):
         controller.observe(1, 0, 1.0, 1e-2)
-    (_, rates), = controller.snapshot().values()
-    assert rates[0] < 1.0 / 1e-3 * 0.95  # the third slow sample was folded in
+        assert rate() == before  # left out
+    controller.observe(1, 0, 1.0, 1e-2)
+    assert rate() < before * 0.95  # the third slow sample was folded in
+
+
+def test_a_bucket_seeded_from_a_neighbour_checks_its_first_sample() -> None:
+    """A new bucket starts at its neighbour's depth with no estimate of its own. Its first
+    sample (at a new batch size: a capture, a compile) is checked against the depth's
+    estimate in the other buckets, scaled by the batch sizes; a normal one is kept."""
+    model = _CostModel(1, 0.6, 1e-3, 0.5e-3, 0.5e-3, noise=0.0)
+    controller = AdaptiveController(CANDIDATES)
+    _drive(controller, model, 1, 200)
+    depth = controller.settled(1)
+    assert depth is not None
+    assert controller.choose(2) == depth
+    controller.observe(2, depth, 2.0, 0.5)  # a 0.5 s capture inside the first iteration
+    assert controller.snapshot()[2][1][depth] is None  # left out
+    controller.observe(2, depth, 2.0, 4e-3)  # 2x batch 1's iteration at most: kept
+    assert controller.snapshot()[2][1][depth] == pytest.approx(2.0 / 4e-3)
+
+
+def test_a_planned_iteration_left_out_runs_again() -> None:
+    """A warm-up (or probe) iteration left out as an outlier is repeated, so the depth is
+    decided on samples of its own, never on none."""
+    controller = AdaptiveController((0, 3), warmup_iterations=2)
+    chosen = []
+    slow_done = False
+    while controller.settled(1) is None:
+        steps = controller.choose(1)
+        chosen.append(steps)
+        seconds = 2e-3 if steps else 1e-3
+        if steps == 0 and chosen.count(0) == 2 and not slow_done:  # S = 0's first timed
+            seconds, slow_done = 1.0, True
+        controller.observe(1, steps, 2.5 if steps else 1.0, seconds)
+    assert chosen == [3, 3, 3, 0, 0, 0, 0]  # one more S = 0 than planned
+    assert controller.snapshot()[1][1][0] == pytest.approx(1e3)

@@ -524,3 +524,29 @@ def test_a_prefill_with_an_iteration_in_flight_leaves_the_wait_on_the_depth(
     first = max(end for at, _, _, end in prefills if at == 0)  # the clock starts there
     assert sum(seconds for _, _, seconds, _ in observed) == pytest.approx(
         calls[last][1] - first - prefill_time, rel=0.01, abs=0.003)
+
+
+@pytest.mark.parametrize("schedule", [[3], [0]], ids=["chain", "plain"])
+def test_an_iteration_left_in_flight_by_a_finished_run_charges_no_idle_time(
+    backend, pair, schedule
+):
+    """A run's last call leaves an iteration in flight whose requests have all finished.
+    The next run's first prefill must not let it 'finish on the depth's clock': the time
+    since that call is idle, no depth's. (Before, a 0.3 s pause between two runs went into
+    the second run's first report: a review found it.)"""
+    import time
+
+    llm = scripted(backend, pair, schedule, max_batch_size=2)
+    worker = llm.worker
+    params = [SamplingParams(max_new_tokens=6, ignore_eos=True)]
+    llm.generate(PROMPTS[:1], params)
+    assert worker._in_flight is not None or worker._spec_flight is not None
+    observed = worker.controller.observed
+    first_run = len(observed)
+    time.sleep(0.3)
+    start = time.perf_counter()
+    llm.generate(PROMPTS[1:2], params)
+    second_run = observed[first_run:]
+    assert second_run
+    # every second reported in the second run lies within the second run
+    assert sum(seconds for _, _, seconds, _ in second_run) <= time.perf_counter() - start

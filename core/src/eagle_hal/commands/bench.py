@@ -282,9 +282,11 @@ def _warm_up(llm: Any, prompts: list[list[int]], params: Any, batch_size: int) -
                 worker.spec, worker.controller = spec, controller
         settle(llm, batch, warm_params)
     warm_up_prefills(llm, prompts[0])
-    # every timed prompt's prefill, batched as the timed run batches them: a kernel
-    # specialised on a length or an offset (Triton's divisibility by 16) compiles here,
-    # not inside a timed run (lease V: two attention compiles cost a run a third)
+    # every timed prompt's prefill: a kernel specialised on a length or an offset
+    # (Triton's divisibility by 16) compiles here, not inside a timed run (lease V: two
+    # attention compiles cost a run a third). The first wave is batched as in the timed
+    # run; later prompts join a timed run one by one as requests finish, which this
+    # cannot reproduce (the runner's 16-byte-aligned views keep those from compiling)
     llm.generate(list(prompts), dataclasses.replace(params, max_new_tokens=1, ignore_eos=True))
 
 

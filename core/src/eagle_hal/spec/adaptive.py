@@ -190,7 +190,8 @@ class AdaptiveController:
         stats.seen += 1
         steady = max(seconds - catch_up_seconds, 0.0)
         timed = bucket.settled is not None or stats.seen > 1  # warm-up's first settles in
-        if timed and self._is_outlier(bucket, stats, steady):
+        rejected = timed and self._is_outlier(batch_size, steps, steady)
+        if rejected:
             stats.rejected += 1
             timed = False
         if timed:
@@ -203,7 +204,9 @@ class AdaptiveController:
             bucket.probe_cost += seconds - bucket.stats[bucket.settled].seconds
         elif catch_up_seconds > 0:  # back at the settled depth: the probe's catch-up
             bucket.probe_cost += catch_up_seconds
-        if bucket.plan and bucket.plan[0] == steps:
+        if bucket.plan and bucket.plan[0] == steps and not rejected:
+            # (a planned iteration left out runs again: a probe or warm-up decides on at
+            # least one sample of its own; ``max_rejected`` bounds the repeats)
             bucket.plan.pop(0)
             if bucket.plan:
                 return
@@ -227,20 +230,33 @@ class AdaptiveController:
             bucket.stats[probe].samples = min(bucket.stats[probe].samples, 6)
             bucket.plan = [probe] * self.probe_iterations
 
-    def _is_outlier(self, bucket: _Bucket, stats: _DepthStats, seconds: float) -> bool:
-        """Whether an iteration of ``seconds`` is a one-off to leave out: over ``outlier``
-        times the depth's estimate (before its first sample: the slowest other depth's),
-        at most ``max_rejected`` times in a row (after that conditions have changed). One
+    def _is_outlier(self, batch_size: int, steps: int, seconds: float) -> bool:
+        """Whether an iteration of ``seconds`` at depth ``steps`` is a one-off to leave
+        out: over ``outlier`` times the depth's estimate, at most ``max_rejected`` times
+        in a row (after that conditions have changed). Before the depth's first sample in
+        this bucket the reference is the slowest other depth's estimate here, else (a
+        bucket seeded from a neighbour starts with none) the depth's estimate in the other
+        buckets, scaled up by the ratio of batch sizes where theirs is smaller (an upper
+        bound: an iteration costs at most proportionally more at a larger batch). One
         such sample (a compile, a capture, a page fault) among a depth's first few would
         set its estimate for hundreds of iterations: on the H200 one 39 ms sample made
         S = 0 look 20x slower than plain decoding at batch 16, and kept it from being
         probed again within the run."""
+        key = self.bucket_of(batch_size)
+        bucket = self._buckets[key]
+        stats = bucket.stats[steps]
         if stats.rejected >= self.max_rejected:
             return False
         if stats.samples:
             reference = stats.seconds
         else:
             others = [st.seconds for st in bucket.stats.values() if st.samples]
+            if not others:
+                others = [
+                    b.stats[steps].seconds * max(1.0, key / size)
+                    for size, b in self._buckets.items()
+                    if size != key and steps in b.stats and b.stats[steps].samples
+                ]
             reference = max(others, default=0.0)
         return reference > 0 and seconds > self.outlier * reference
 

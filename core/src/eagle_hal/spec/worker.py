@@ -179,11 +179,12 @@ class EagleWorker:
 
     @torch.inference_mode()
     def prefill(self, requests: Sequence[Request]) -> list[list[int]]:
-        if self.controller is not None and (
-            self._in_flight is not None or self._spec_flight is not None
-        ):
+        flights = [f for f in (self._in_flight, self._spec_flight) if f is not None]
+        if self.controller is not None and any(_still_running(f.requests) for f in flights):
             # the prefill's read-back would wait for the iteration in flight: let it finish
-            # first, on the depth's clock (spec.reports.ControllerReports.absorb)
+            # first, on the depth's clock (spec.reports.ControllerReports.absorb). An
+            # iteration whose requests have all finished (left by the last call of a run)
+            # is not: the time since that call is idle, no depth's
             self.runner.backend.synchronize()
             self.reports.absorb(time.perf_counter())
         self.reports.prefill()
@@ -517,3 +518,8 @@ def _cumsum(values: Sequence[int]) -> list[int]:
         total += v
         out.append(total)
     return out
+
+
+def _still_running(requests: Sequence[Request]) -> bool:
+    """Whether any of an in-flight iteration's requests still runs (holds its table row)."""
+    return any(not r.finished and r.table_row is not None for r in requests)
