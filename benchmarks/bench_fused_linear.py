@@ -14,9 +14,11 @@ Per layer, attention excluded (its output is stood in for by q), SmolLM2-135M's 
 Each layer has its own weights (30 layers hold ~210 MB, more than the L2 cache, as in the
 model). A variant is captured in a CUDA graph over the ``--layers`` layers, replayed
 ``--repeats`` times and timed with CUDA events; the table gives the median device time per
-layer in microseconds. ``--configs`` adds fused columns with forced launch configurations (``gBLOCK_NxWARPS``: the matrix-vector kernel)
+layer in microseconds. ``--configs`` adds fused columns with forced launch configurations,
 ``BLOCK_N x BLOCK_K x warps x stages [x splits]`` (splits: split-K's upper bound, 1 when
-left out); the default list sweeps splits 1 to 6 over a few reduction tiles and warp counts.
+left out) or ``gBLOCK_N x warps [x BLOCK_M] [p|d]`` (the matrix-vector kernel; ``p``:
+prefetch, ``d``: dot mode, e.g. ``g16x8x16d``; see ``LaunchConfig.parse``); the default
+list sweeps splits 1 to 6 over a few reduction tiles and warp counts.
 
 Before it is timed, each variant's outputs over one layer are checked: close to the
 unfused ones, bit for bit the same over repeated launches (a race between a tile's split
@@ -119,11 +121,14 @@ DEFAULT_CONFIGS = ",".join([
     "16x128x4x4x3", "32x128x4x3x3",
 ])
 PROJECTION_FEATURES = {"qkv/o/gate_up": 576, "down": 1536}  # the reductions' lengths
+GEMV_PROJECTIONS = [  # name, reduction length, paired tiles (gate/up, rotary halves)
+    ("qkv", 576, True), ("o", 576, False), ("gate_up", 576, True), ("down", 1536, False),
+]
 
 
 def parse_config(text: str):  # noqa: ANN201 - a LaunchConfig
-    """``BLOCK_N x BLOCK_K x warps x stages [x splits]``, or ``gBLOCK_N x warps`` (the
-    matrix-vector kernel)."""
+    """``BLOCK_N x BLOCK_K x warps x stages [x splits]``, or ``gBLOCK_N x warps [x BLOCK_M]
+    [p|d]`` (the matrix-vector kernel)."""
     from eagle_hal.ops.triton.fused_linear import LaunchConfig  # noqa: PLC0415
 
     if not text.startswith("g") and len(text.split("x")) not in (4, 5):
@@ -132,11 +137,16 @@ def parse_config(text: str):  # noqa: ANN201 - a LaunchConfig
 
 
 def describe_splits(config) -> str:  # noqa: ANN001 - a LaunchConfig
-    """The splits each reduction length actually takes under ``config``."""
-    from eagle_hal.ops.triton.fused_linear import _split  # noqa: PLC0415
+    """The splits each reduction length actually takes under ``config`` (gemv: the
+    projections whose tiles exceed the gemv limits and take the ``tl.dot`` kernel)."""
+    from eagle_hal.ops.triton.fused_linear import _config_for, _split  # noqa: PLC0415
 
     if config.gemv:
-        return "none (gemv: the whole reduction in one tile)"
+        too_wide = [name for name, k, paired in GEMV_PROJECTIONS if not _config_for(
+            torch.empty(1, k, device="meta", dtype=torch.bfloat16), k, paired, config).gemv]
+        return "none (gemv: the whole reduction in one tile)" + (
+            f"; over the gemv tile limit, on the tl.dot kernel: {', '.join(too_wide)}"
+            if too_wide else "")
     return ", ".join(f"{name} (K={k}) {_split(k, config)[0]}"
                      for name, k in PROJECTION_FEATURES.items())
 

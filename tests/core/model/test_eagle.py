@@ -233,3 +233,42 @@ def test_head_loads_and_drafts_like_the_oracle(variant, kernels, target, tmp_pat
         top = expected_probs.topk(3)
         torch.testing.assert_close(probs[r].double(), top.values, atol=1e-5, rtol=0)
         assert ids[r].tolist() == torch.nonzero(finite).flatten()[top.indices].tolist()
+
+
+@pytest.mark.parametrize("variant", [1, 3])
+def test_topk_takes_the_installed_softmax_topk(variant):
+    """Fused with the Triton kernels, ``topk`` goes through their ``softmax_topk`` (once per
+    call) and gives torch's softmax + topk: the same target ids, probabilities to 1e-5."""
+    import dataclasses
+
+    from eagle_hal.testing.models import randomize, tiny_config, tiny_eagle1, tiny_target
+
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the tiny CPU models need TRITON_INTERPRET=1 for Triton kernels")
+    from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
+
+    target = tiny_target(seed=4, vocab=300)
+    if variant == 1:
+        head = tiny_eagle1(target, seed=5)
+    else:
+        head = Eagle3DraftModel(tiny_config(300, layers=1), target, draft_vocab_size=200,
+                                dtype=torch.float32)
+        randomize(head, 5)
+        head.d2t.copy_(torch.randperm(300, generator=torch.Generator().manual_seed(6))[:200]
+                       .sort().values - torch.arange(200))
+    hidden = torch.randn(6, head.config.hidden_size, generator=torch.Generator().manual_seed(7))
+    calls = []
+
+    def counted(logits, k):
+        calls.append(k)
+        return TRITON_MODEL_KERNELS.softmax_topk(logits, k)
+
+    with torch.no_grad():
+        expected = [head.topk(hidden, k) for k in (1, 4)]
+        fuse_for_inference(dataclasses.replace(TRITON_MODEL_KERNELS, softmax_topk=counted), head)
+        got = [head.topk(hidden, k) for k in (1, 4)]
+    assert calls == [1, 4]
+    for (probs, ids), (expected_probs, expected_ids) in zip(got, expected, strict=True):
+        assert torch.equal(ids, expected_ids)
+        torch.testing.assert_close(probs, expected_probs, rtol=1e-5, atol=1e-7)

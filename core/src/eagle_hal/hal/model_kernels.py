@@ -15,6 +15,10 @@ A backend may also fuse the projections themselves with what surrounds them
 (``FusedLinearKernels``): for forwards of a few tokens, where every GEMM is a
 matrix-vector product bound by its launch and weight read, a layer then takes four launches
 besides attention instead of nine. Larger forwards keep the GEMMs and the kernels above.
+
+The draft's next-token candidates, the top-k of a softmax over the whole vocabulary at every
+draft step, may likewise take one pass over the logits (``softmax_topk``) instead of torch's
+softmax and its multi-pass top-k.
 """
 
 from __future__ import annotations
@@ -71,3 +75,7 @@ class ModelKernels:
     silu_mul: Callable[[torch.Tensor], torch.Tensor]
     # the projections fused with the kernels around them, for small forwards; None: GEMMs
     fused_linear: FusedLinearKernels | None = None
+    # (logits [n, V] float16/bfloat16/float32, k) for any 1 <= k <= V -> the k largest of
+    # softmax(logits.float(), -1), descending, float32 [n, k], and their ids, int64 [n, k];
+    # equal probabilities go to the smaller id. None: torch's softmax and topk
+    softmax_topk: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None = None

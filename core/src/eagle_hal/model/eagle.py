@@ -184,6 +184,12 @@ class EagleDraftModel(nn.Module, abc.ABC):
         rotary = self.rotary.cos_sin(batch.positions, self.dtype)
         return self._draft_layer()(attention_input, residual, rotary, batch, attn)
 
+    @property
+    def kernels(self) -> ModelKernels:
+        """The model kernels installed in the draft layer (the reference until
+        ``fuse_for_inference``)."""
+        return self._draft_layer().self_attn.kernels
+
     def fuse_for_inference(self, kernels: ModelKernels = REFERENCE_MODEL_KERNELS) -> None:
         """Q/K/V and gate/up as one GEMM each, ``kernels`` in the layer (see
         ``eagle_hal.model.fusion``). For inference only: a head being trained stays unfused
@@ -192,11 +198,17 @@ class EagleDraftModel(nn.Module, abc.ABC):
 
     def topk(self, hidden_out: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` most probable next tokens under the draft distribution (softmax over
-        the draft vocabulary): ``(probs [n, k] float32, target_token_ids [n, k])``."""
-        # (an argmax-and-logsumexp top-1 for chains measured slower on the H200 in eager
-        # use, lease M: chain 675 against 1,056 tokens/s; softmax and top-k it stays)
-        probs = torch.softmax(self._draft_logits(hidden_out).float(), dim=-1)
-        top_probs, draft_ids = probs.topk(k, dim=-1)
+        the draft vocabulary): ``(probs [n, k] float32, target_token_ids [n, k])``. Through
+        the installed kernels' ``softmax_topk`` where they have one (``fuse_for_inference``),
+        else torch's softmax and topk."""
+        logits = self._draft_logits(hidden_out)  # [n, draft_vocab]
+        softmax_topk = self.kernels.softmax_topk
+        if softmax_topk is not None:
+            top_probs, draft_ids = softmax_topk(logits, k)
+        else:
+            # (an argmax-and-logsumexp top-1 for chains measured slower on the H200 in eager
+            # use, lease M: chain 675 against 1,056 tokens/s; softmax and top-k it stays)
+            top_probs, draft_ids = torch.softmax(logits.float(), dim=-1).topk(k, dim=-1)
         return top_probs, self._to_target_ids(draft_ids)
 
 

@@ -193,8 +193,8 @@ def exact_linear(x, weight, bias=None):
     return F.linear(x.double(), weight.double(), bias).to(x.dtype)
 
 
-def qkv_case(rows, dtype, has_residual, has_norm, has_bias, heads=2, kv_heads=1, head_dim=32):
-    hidden = SPLIT_K_FEATURES
+def qkv_case(rows, dtype, has_residual, has_norm, has_bias, heads=2, kv_heads=1, head_dim=32,
+             hidden=SPLIT_K_FEATURES):
     width = (heads + 2 * kv_heads) * head_dim
     cos, sin = rotary_tables(rows, head_dim, dtype, seed=36)
     return dict(
@@ -217,8 +217,7 @@ def qkv_oracle(case):
     return q, k, qkv[:, heads + kv_heads :], total
 
 
-def gate_up_case(rows, dtype, has_residual, has_norm, intermediate=40):
-    hidden = SPLIT_K_FEATURES
+def gate_up_case(rows, dtype, has_residual, has_norm, intermediate=40, hidden=SPLIT_K_FEATURES):
     return dict(
         x=randn(rows, hidden, dtype=dtype, seed=41),
         residual=randn(rows, hidden, dtype=dtype, seed=42) if has_residual else None,
@@ -233,11 +232,10 @@ def gate_up_oracle(case):
     return reference.silu_mul(exact_linear(normed, case["weight"])), total
 
 
-def linear_case(rows, dtype, has_bias, has_add, out_features=37):
-    features = SPLIT_K_FEATURES
+def linear_case(rows, dtype, has_bias, has_add, out_features=37, hidden=SPLIT_K_FEATURES):
     return dict(
-        x=randn(rows, features, dtype=dtype, seed=51),
-        weight=randn(out_features, features, dtype=dtype, seed=52, scale=features**-0.5),
+        x=randn(rows, hidden, dtype=dtype, seed=51),
+        weight=randn(out_features, hidden, dtype=dtype, seed=52, scale=hidden**-0.5),
         bias=randn(out_features, dtype=dtype, seed=53) if has_bias else None,
         add=randn(rows, out_features, dtype=dtype, seed=54) if has_add else None,
     )
@@ -416,16 +414,29 @@ def test_gemv_row_alone_equals_row_in_a_batch(projection, flags, block_m, prefet
         assert torch.equal(one[0], many[0])
 
 
+def gemv_launches(monkeypatch) -> list[bool]:
+    """Spy on the gemv kernel: one entry per launch from now on, whether in dot mode."""
+    launches = []
+    real = fused.fused_gemv_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(kwargs["DOT"])
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(fused, "fused_gemv_kernel", Spy())
+    return launches
+
+
 def test_gemv_too_wide_for_a_tile_takes_the_dot_kernel(monkeypatch):
     """A weight tile over GEMV_MAX_TILE elements takes the tl.dot kernel: same results as
     that kernel's default, bit for bit."""
     case = gate_up_case(3, torch.float32, True, True)
     dot = fused.gate_up_silu(**case, config=fused.LaunchConfig(block_k=64))
     monkeypatch.setattr(fused, "GEMV_MAX_TILE", 64)
-    launched = []
-    real = fused.fused_gemv_kernel
-    monkeypatch.setattr(fused, "fused_gemv_kernel", type("Spy", (), {
-        "__getitem__": lambda self, grid: launched.append(grid) or real[grid]})())
+    launched = gemv_launches(monkeypatch)
 
     wide = fused.gate_up_silu(**case, config=fused.LaunchConfig(block_n=4, gemv=True))
 
@@ -469,3 +480,172 @@ def test_the_gemv_split_can_be_set_for_benchmarks(monkeypatch):
         monkeypatch.setenv("EAGLE_HAL_GEMV", bad)
         with pytest.raises(ValueError, match="EAGLE_HAL_GEMV"):
             default_config(torch.bfloat16, 1)
+
+
+# Dot mode (LaunchConfig.dot): the gemv kernel's one wave of weight loads, then 16 or 32
+# rows a step by tl.dot. Each case has its own reduction length, none a power of two (the
+# tile pads K to the next), and head_dim 40 gives rotary halves of 20: a 16-wide tile and
+# a partial one.
+DOT_CASES = [  # projection, flags, sizes
+    ("qkv_rotary", (True, True, False), dict(hidden=100)),  # residual, norm, bias
+    ("qkv_rotary", (False, True, True), dict(hidden=37, head_dim=40)),
+    ("qkv_rotary", (True, False, True), dict(hidden=50, head_dim=40)),
+    ("qkv_rotary", (False, False, False), dict(hidden=200)),
+    ("gate_up_silu", (True, True), dict(hidden=37)),  # residual, norm
+    ("gate_up_silu", (False, True), dict(hidden=100)),
+    ("gate_up_silu", (True, False), dict(hidden=50)),
+    ("gate_up_silu", (False, False), dict(hidden=200, intermediate=24)),
+    ("linear", (False, False), dict(hidden=37)),  # bias, add
+    ("linear", (True, False), dict(hidden=50)),
+    ("linear", (False, True), dict(hidden=100)),
+    ("linear", (True, True), dict(hidden=200, out_features=40)),
+]
+DOT_ROWS = [  # rows, config: every step padded to block_m rows
+    (1, "g16x4x16d"), (5, "g16x4x16d"), (16, "g16x4x16d"), (17, "g16x4x16d"),
+    (32, "g16x4x16d"), (5, "g32x4x32d"), (32, "g32x4x32d"),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows,config", DOT_ROWS)
+@pytest.mark.parametrize("projection,flags,sizes", DOT_CASES)
+def test_gemv_dot_equals_float64_oracle(projection, flags, sizes, rows, config, dtype,
+                                        monkeypatch):
+    """Each epilogue in dot mode equals norm + float64 matmul + epilogue, for one step of
+    rows or two, the last partly padding; the stream equals the sum."""
+    build, call, oracle = PROJECTIONS[projection]
+    case = build(rows, dtype, *flags, **sizes)
+    launches = gemv_launches(monkeypatch)
+
+    actual = as_tuple(call(**case, config=fused.LaunchConfig.parse(config)))
+
+    assert launches == [True]
+    for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
+        assert_close(got, expected.reshape(got.shape))
+
+
+@pytest.mark.parametrize("config", ["g16x4x16d", "g32x4x32d"])
+@pytest.mark.parametrize("batch", [16, 32])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("projection,flags,sizes", [
+    ("qkv_rotary", (True, True, True), dict(hidden=100, head_dim=40)),
+    ("gate_up_silu", (True, True), dict(hidden=50)),
+    ("linear", (True, True), dict(hidden=37)),
+])
+def test_gemv_dot_row_alone_equals_row_in_a_batch(projection, flags, sizes, dtype, batch,
+                                                  config):
+    """In dot mode a row's outputs are bit for bit the same alone as anywhere in a batch:
+    first, in the middle, last, in the first step of rows or a later one."""
+    build, call, _ = PROJECTIONS[projection]
+    case = build(batch, dtype, *flags, **sizes)
+    config = fused.LaunchConfig.parse(config)
+
+    batched = as_tuple(call(**case, config=config))
+
+    for row in (0, 9, batch - 1):
+        alone = {
+            name: value[row : row + 1] if name in ROW_INPUTS and value is not None else value
+            for name, value in case.items()
+        }
+        single = as_tuple(call(**alone, config=config))
+        for one, many in zip(single, batched, strict=True):
+            assert torch.equal(one[0], many[row])
+
+
+SMOLLM2 = {  # SmolLM2-135M's projections: hidden 576, 9/3 heads x 64, intermediate 1536
+    "qkv_rotary": ("qkv_rotary", (True, True, False), dict(hidden=576, heads=9, kv_heads=3,
+                                                           head_dim=64)),
+    "o": ("linear", (False, False), dict(hidden=576, out_features=576)),
+    "gate_up_silu": ("gate_up_silu", (True, True), dict(hidden=576, intermediate=1536)),
+    "down": ("linear", (False, True), dict(hidden=1536, out_features=576)),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", SMOLLM2)
+def test_gemv_dot_at_smollm2_size(name, dtype, monkeypatch):
+    """At the real model's sizes (K 576 and 1536 pad to 1024 and 2048) 8 warps keep every
+    projection in dot mode; it equals the oracle, and a row alone equals the row in the
+    batch."""
+    projection, flags, sizes = SMOLLM2[name]
+    build, call, oracle = PROJECTIONS[projection]
+    case = build(6, dtype, *flags, **sizes)
+    config = fused.LaunchConfig.parse("g16x8x16d")
+    launches = gemv_launches(monkeypatch)
+
+    actual = as_tuple(call(**case, config=config))
+    alone = as_tuple(call(**{
+        name: value[5:] if name in ROW_INPUTS and value is not None else value
+        for name, value in case.items()
+    }, config=config))
+
+    assert launches == [True, True]
+    for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
+        expected = expected.reshape(got.shape)
+        if dtype == torch.float32:
+            assert_close(got, expected)
+        else:  # over K 576 the 16-bit stream and normed rows (rounded toward zero when
+            # interpreted) move a sum that cancels by a few ulps, in any of the kernels
+            torch.testing.assert_close(got.float(), expected.float(), atol=5e-2, rtol=2**-4)
+    for one, many in zip(alone, actual, strict=True):
+        assert torch.equal(one[0], many[5])
+
+
+def test_gemv_dot_over_its_register_budget_takes_the_dot_kernel(monkeypatch):
+    """Where the weight tile and a step's rows exceed GEMV_DOT_MAX_PER_THREAD elements per
+    thread (SmolLM2's down projection on 4 warps: (16 + 16) x 2048 / 128 = 512) the
+    projection takes the tl.dot kernel's default, bit for bit; the O projection (K 576:
+    256 per thread) stays in dot mode."""
+    projection, flags, sizes = SMOLLM2["down"]
+    case = linear_case(3, torch.bfloat16, *flags, **sizes)
+    expected = fused.linear(**case, config=fused.LaunchConfig(block_k=256))
+    launches = gemv_launches(monkeypatch)
+
+    down = fused.linear(**case, config=fused.LaunchConfig.parse("g16x4x16d"))
+    fused.linear(**linear_case(3, torch.bfloat16, *SMOLLM2["o"][1], **SMOLLM2["o"][2]),
+                 config=fused.LaunchConfig.parse("g16x4x16d"))
+
+    assert launches == [True]  # the O projection's only
+    assert torch.equal(down, expected)
+
+
+def test_gemv_dot_config_is_parsed_and_validated(monkeypatch):
+    """``gBLOCK_NxWARPSxBLOCK_Md`` is dot mode, for block_n and block_m >= 16; it can be
+    forced for 16-bit rows up to 16 or set as the gemv config; malformed ones say how."""
+    from eagle_hal.ops.triton.fused_linear import LaunchConfig, default_config
+
+    dot = LaunchConfig(block_n=16, num_warps=4, gemv=True, block_m=16, dot=True)
+    assert LaunchConfig.parse("g16x4x16d") == dot
+    assert LaunchConfig.parse("g32x8x32d") == LaunchConfig(block_n=32, num_warps=8,
+                                                           gemv=True, block_m=32, dot=True)
+    assert not LaunchConfig.parse("g16x4x16").dot
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g16x4x16d")
+    assert default_config(torch.bfloat16, 5) == dot
+    assert default_config(torch.bfloat16, 16) == dot
+    assert not default_config(torch.bfloat16, 17).gemv
+    monkeypatch.delenv("EAGLE_HAL_FUSED_LINEAR_CONFIG")
+    monkeypatch.setenv("EAGLE_HAL_GEMV", "16:g16x4x16d")
+    assert default_config(torch.bfloat16, 16) == dot
+    assert not default_config(torch.float32, 16).gemv
+    for bad in ("g16x4d", "g8x4x16d", "g16x4x8d", "g16x4x16pd", "g16x4x16dp", "g16x4xd",
+                "16x128x4x3d"):
+        with pytest.raises(ValueError, match=r"gBLOCK_NxWARPS\[xBLOCK_M\]\[p\|d\]"):
+            LaunchConfig.parse(bad)
+    with pytest.raises(ValueError, match="dot is for the gemv kernel"):
+        LaunchConfig(block_m=16, dot=True)
+    with pytest.raises(ValueError, match="dot is for the gemv kernel"):
+        LaunchConfig(block_n=8, gemv=True, block_m=16, dot=True)
+
+
+def test_the_wide_rows_config_is_chosen_by_environment(monkeypatch) -> None:
+    """EAGLE_HAL_FUSED_LINEAR_WIDE picks the launch past the gemv split up to 16 rows;
+    the gemv rows keep theirs."""
+    from eagle_hal.ops.triton.fused_linear import GEMV_CONFIG, GEMV_ROWS, LaunchConfig, default_config
+
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_WIDE", "g16x8x16d")
+    assert default_config(torch.bfloat16, GEMV_ROWS) == GEMV_CONFIG
+    assert default_config(torch.bfloat16, 16) == LaunchConfig.parse("g16x8x16d")
+    assert default_config(torch.bfloat16, 17) == LaunchConfig(block_k=64)
+    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_WIDE", "bad")
+    with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_LINEAR_WIDE"):
+        default_config(torch.bfloat16, 8)

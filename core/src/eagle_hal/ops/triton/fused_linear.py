@@ -37,7 +37,10 @@ projections as matrix-vector products without ``tl.dot``, each program's whole w
 tile loaded in one wave. It halves the layer's time at one row (a launch there is
 latency, and the ``tl.dot`` kernel walks ``K`` tile by tile with 16-row padding) but sums
 in another order than the ``tl.dot`` kernel, so in 16-bit a decoded token and the same
-token in a larger verify batch may round differently (see ``default_config``).
+token in a larger verify batch may round differently (see ``default_config``). Its dot
+mode (``LaunchConfig.dot``) keeps the one wave of weight loads but multiplies 16 or 32
+rows at a time with ``tl.dot``, for verify batches and small decode batches (chosen by
+``EAGLE_HAL_FUSED_LINEAR_CONFIG`` or ``EAGLE_HAL_GEMV``; not a default yet).
 
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
@@ -85,7 +88,11 @@ class LaunchConfig:
     columns per program (any power of two), the whole of ``K`` in one tile (``block_k``,
     ``num_stages`` and ``splits`` unused), ``block_m`` rows per step of its row loop. Where
     a step's products (``block_m`` x the program's weight elements) would exceed
-    ``GEMV_MAX_TILE`` the projection takes the ``tl.dot`` kernel's default."""
+    ``GEMV_MAX_TILE`` the projection takes the ``tl.dot`` kernel's default.
+
+    ``dot`` (gemv, ``block_m`` and ``block_n`` >= 16): each step's ``block_m`` rows (padded)
+    times the weight tile by ``tl.dot`` instead of a broadcast product; the limit is then
+    ``GEMV_DOT_MAX_PER_THREAD``, the weight and input tiles' elements per thread."""
 
     block_n: int = 16
     block_k: int = 128
@@ -95,6 +102,7 @@ class LaunchConfig:
     gemv: bool = False
     block_m: int = 1  # gemv: rows per step of its row loop (a power of two)
     prefetch: bool = False  # gemv, block_m 1: the next row's loads issued before a row sums
+    dot: bool = False  # gemv, block_m and block_n >= 16: a step's products by tl.dot
 
     def __post_init__(self) -> None:
         for size in (self.block_n, self.block_m):
@@ -106,20 +114,24 @@ class LaunchConfig:
             raise ValueError(f"num_warps, num_stages and splits must be >= 1, got {self}")
         if self.prefetch and (not self.gemv or self.block_m != 1):
             raise ValueError(f"prefetch is for the gemv kernel with block_m 1, got {self}")
+        if self.dot and (not self.gemv or self.block_m < 16 or self.block_n < 16):
+            raise ValueError(
+                f"dot is for the gemv kernel with block_m and block_n >= 16, got {self}")
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
         """``BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (e.g. ``16x128x4x3x3``), or
-        ``gBLOCK_NxWARPS[xBLOCK_M][p]`` for the matrix-vector kernel (e.g. ``g2x2x4``;
-        ``p``: prefetch, e.g. ``g2x2p``)."""
+        ``gBLOCK_NxWARPS[xBLOCK_M][p|d]`` for the matrix-vector kernel (e.g. ``g2x2x4``;
+        ``p``: prefetch, e.g. ``g2x2p``; ``d``: dot mode, e.g. ``g16x4x16d``)."""
         try:
             if text.startswith("g"):
-                prefetch = text.endswith("p")
-                fields = [int(v) for v in text[1:].removesuffix("p").split("x")]
+                suffix = text[-1] if text[-1] in "pd" else ""
+                fields = [int(v) for v in text[1 : len(text) - len(suffix)].split("x")]
                 if len(fields) not in (2, 3):
                     raise ValueError(f"{len(fields)} fields")
                 return cls(block_n=fields[0], num_warps=fields[1], gemv=True,
-                           block_m=fields[2] if len(fields) == 3 else 1, prefetch=prefetch)
+                           block_m=fields[2] if len(fields) == 3 else 1,
+                           prefetch=suffix == "p", dot=suffix == "d")
             fields = [int(v) for v in text.split("x")]
             if len(fields) not in (4, 5):
                 raise ValueError(f"{len(fields)} fields")
@@ -127,11 +139,15 @@ class LaunchConfig:
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"launch config {text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS] "
-                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M][p] (e.g. g2x2p) ({error})"
+                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M][p|d] (e.g. g2x2p, "
+                f"g16x4x16d) ({error})"
             ) from None
 
 
 GEMV_MAX_TILE = 16384  # products per gemv step: BLOCK_M x weight elements (both tiles)
+# dot mode: the weight tile(s) and a step's input tile, elements per thread; 256 16-bit
+# elements take 128 of a thread's 255 registers, the others for accumulators and addresses
+GEMV_DOT_MAX_PER_THREAD = 256
 GEMV_ROWS = 4  # 16-bit forwards of up to this many rows take the gemv kernel by default
 GEMV_CONFIG = LaunchConfig(block_n=2, num_warps=2, gemv=True, prefetch=True)
 
@@ -160,14 +176,18 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     gemv_rows, gemv = _gemv_default(os.environ.get("EAGLE_HAL_GEMV", ""))
     if rows <= gemv_rows:
         return gemv
-    return LaunchConfig(block_k=256, splits=1)
+    # EAGLE_HAL_FUSED_LINEAR_WIDE=CONFIG: the launch for the rows past the gemv split up
+    # to 16 (verify passes), to measure one end to end (benchmarks)
+    wide = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_WIDE", ""),
+                          "EAGLE_HAL_FUSED_LINEAR_WIDE")
+    return wide or LaunchConfig(block_k=256, splits=1)
 
 
 @functools.lru_cache(maxsize=4)
 def _gemv_default(text: str) -> tuple[int, LaunchConfig]:
     """(rows up to which 16-bit forwards take the gemv kernel, its config):
     ``GEMV_ROWS`` and ``GEMV_CONFIG``, or ``EAGLE_HAL_GEMV=ROWS:CONFIG`` (e.g.
-    ``8:g2x2p``) to measure another split end to end (benchmarks)."""
+    ``8:g2x2p``, ``16:g16x8x16d``) to measure another split end to end (benchmarks)."""
     if not text:
         return GEMV_ROWS, GEMV_CONFIG
     try:
@@ -182,16 +202,19 @@ def _gemv_default(text: str) -> tuple[int, LaunchConfig]:
 
 
 @functools.lru_cache(maxsize=4)
-def _forced_config(text: str) -> LaunchConfig | None:
+def _forced_config(
+    text: str, variable: str = "EAGLE_HAL_FUSED_LINEAR_CONFIG"
+) -> LaunchConfig | None:
     """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (or
-    ``gBLOCK_NxWARPS``): the launch for 16-bit rows up to 16, to measure a configuration
-    end to end (benchmarks)."""
+    ``gBLOCK_NxWARPS[xBLOCK_M][p|d]``): the launch for 16-bit rows up to 16, to measure a
+    configuration end to end (benchmarks). ``variable``: the name to put in an error
+    (``EAGLE_HAL_FUSED_LINEAR_WIDE`` parses the same way)."""
     if not text:
         return None
     try:
         return LaunchConfig.parse(text)
     except ValueError as error:
-        raise ValueError(f"EAGLE_HAL_FUSED_LINEAR_CONFIG: {error}") from None
+        raise ValueError(f"{variable}: {error}") from None
 
 
 def _dot_in_float32(dtype: torch.dtype) -> bool:
@@ -272,7 +295,8 @@ def _launch(
             HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
             HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=next_power_of_2(k),
-            PREFETCH=config.prefetch, num_warps=config.num_warps,
+            PREFETCH=config.prefetch, DOT=config.dot, DOT_FP32=_dot_in_float32(x.dtype),
+            num_warps=config.num_warps,
         )
         return
     splits, per_split = _split(k, config)
@@ -304,13 +328,19 @@ def _config_for(
     x: torch.Tensor, k: int, paired: bool, config: LaunchConfig | None
 ) -> LaunchConfig:
     """The launch for ``x``'s rows over a reduction of ``k``: ``config``, else the default;
-    a gemv config whose weight tile would not fit (``GEMV_MAX_TILE``) becomes the ``tl.dot``
-    kernel's default. Depends on ``k`` and the row count's config only, so every row count
-    up to 16 keeps one summation order."""
+    a gemv config whose tiles would not fit (``GEMV_MAX_TILE``; in dot mode
+    ``GEMV_DOT_MAX_PER_THREAD``) becomes the ``tl.dot`` kernel's default. Depends on ``k``
+    and the row count's config only, so every row count up to 16 keeps one summation
+    order."""
     config = config or default_config(x.dtype, x.shape[0])
     if config.gemv:
-        tile = next_power_of_2(k) * config.block_n * (2 if paired else 1) * config.block_m
-        if tile > GEMV_MAX_TILE:
+        weight_tile = next_power_of_2(k) * config.block_n * (2 if paired else 1)  # elements
+        if config.dot:  # the weight tile(s) and a step's [block_m, K] rows at once
+            input_tile = next_power_of_2(k) * config.block_m
+            fits = weight_tile + input_tile <= GEMV_DOT_MAX_PER_THREAD * 32 * config.num_warps
+        else:  # a step's [block_m, block_n, K] products
+            fits = weight_tile * config.block_m <= GEMV_MAX_TILE
+        if not fits:
             return LaunchConfig(block_k=64 if x.dtype == torch.float32 else 256)
     return config
 

@@ -277,6 +277,8 @@ def fused_gemv_kernel(
     BLOCK_N: tl.constexpr,  # depends on BLOCK_M, never on M)
     BLOCK_K: tl.constexpr,  # >= K: the whole reduction in one tile
     PREFETCH: tl.constexpr = False,  # BLOCK_M 1: load row r + 1's inputs while row r sums
+    DOT: tl.constexpr = False,  # BLOCK_M, BLOCK_N >= 16: a step's products by tl.dot
+    DOT_FP32: tl.constexpr = False,  # DOT: float32 (ieee) operands, as _dot
 ):
     """``fused_linear_kernel``'s four projections as matrix-vector products, for few rows
     (same arguments but the split-K ones). Program ``j`` loads its ``[BLOCK_N, K]`` weight
@@ -284,8 +286,16 @@ def fused_gemv_kernel(
     then takes the rows ``BLOCK_M`` at a time: their prologue (residual add, RMSNorm), the
     products summed over ``K`` in float32 (``tl.sum``: a fixed reduction tree over
     ``BLOCK_K`` lanes, the same for every step of ``BLOCK_M`` rows, so a row's result does
-    not depend on ``M`` or the other rows), and the epilogue. No ``tl.dot``: at a few rows its 16-row minimum tile is padding, and a
-    launch's time is latency — one wave of loads instead of a loop over ``K`` tiles."""
+    not depend on ``M`` or the other rows), and the epilogue. No ``tl.dot`` by default: at
+    a few rows its 16-row minimum tile is padding, and a launch's time is latency — one
+    wave of loads instead of a loop over ``K`` tiles.
+
+    ``DOT`` (``BLOCK_M`` and ``BLOCK_N`` >= 16, not ``PREFETCH``): the same single wave of
+    weight loads, but each step's ``[BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_N]`` product is one
+    ``tl.dot`` (``_dot``) instead of a ``[BLOCK_M, BLOCK_N, BLOCK_K]`` broadcast, for
+    verify batches and small decode batches. Every step is a full ``BLOCK_M``-row tile
+    (padded), so a row's summation order is fixed by ``BLOCK_K`` and the launch config,
+    whatever ``M`` or its place in the batch."""
     pid = tl.program_id(0)
     offsets = tl.arange(0, BLOCK_N)
     if EPILOGUE == 2:  # ROTARY: program = (head, part of its first half)
@@ -381,14 +391,22 @@ def fused_gemv_kernel(
             inv_rms = tl.rsqrt(tl.sum(x32 * x32, axis=1) / K + eps)
             normed = (x32 * inv_rms[:, None]).to(x.dtype)
             x = (gain[None, :] * normed.to(tl.float32)).to(x.dtype)
-        x32 = x.to(tl.float32)  # [BLOCK_M, BLOCK_K]
-        if BLOCK_M == 1:
+        if DOT:  # the step's rows by tl.dot: [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_N]
+            acc_a = _dot(x, w_a, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), DOT_FP32)
+            if EPILOGUE != 0:
+                acc_b = _dot(x, w_b, tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32),
+                             DOT_FP32)
+            else:
+                acc_b = acc_a
+        elif BLOCK_M == 1:
+            x32 = x.to(tl.float32)  # [1, BLOCK_K]
             acc_a = tl.sum(w_a.to(tl.float32) * x32, axis=1)[None, :]  # [1, BLOCK_N]
             if EPILOGUE != 0:
                 acc_b = tl.sum(w_b.to(tl.float32) * x32, axis=1)[None, :]
             else:
                 acc_b = acc_a
         else:  # the chunk's rows at once: [BLOCK_M, BLOCK_N, BLOCK_K] products
+            x32 = x.to(tl.float32)  # [BLOCK_M, BLOCK_K]
             acc_a = tl.sum(w_a.to(tl.float32)[None, :, :] * x32[:, None, :], axis=2)
             if EPILOGUE != 0:
                 acc_b = tl.sum(w_b.to(tl.float32)[None, :, :] * x32[:, None, :], axis=2)

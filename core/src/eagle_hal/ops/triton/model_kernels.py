@@ -1,6 +1,7 @@
 """Triton ``ModelKernels``: RMSNorm (optionally with the residual add), rotary on q and k,
 and SwiGLU's ``silu(gate) * up``, one launch each; for forwards of a few tokens, the
-projections fused with them (``eagle_hal.ops.triton.fused_linear``).
+projections fused with them (``eagle_hal.ops.triton.fused_linear``); the draft's softmax +
+top-k over the vocabulary in two launches (``eagle_hal.ops.triton.topk_kernels``).
 
 Each kernel reproduces the reference's roundings (``eagle_hal.ops.reference_model``):
 products and sums are formed in float32 and rounded to the activation dtype wherever the
@@ -18,6 +19,7 @@ import triton.language as tl
 
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.ops.triton.fused_linear import FUSED_LINEAR_KERNELS
+from eagle_hal.ops.triton.topk_kernels import softmax_topk
 from eagle_hal.ops.reference_checks import next_power_of_2
 
 __all__ = ["TRITON_MODEL_KERNELS", "add_rms_norm", "rms_norm", "rotary", "silu_mul"]
@@ -243,4 +245,5 @@ TRITON_MODEL_KERNELS = ModelKernels(
     rotary=rotary,
     silu_mul=silu_mul,
     fused_linear=FUSED_LINEAR_KERNELS,
+    softmax_topk=softmax_topk,
 )
