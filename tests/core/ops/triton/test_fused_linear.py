@@ -502,7 +502,7 @@ DOT_CASES = [  # projection, flags, sizes
 ]
 DOT_ROWS = [  # rows, config: every step padded to block_m rows
     (1, "g16x4x16d"), (5, "g16x4x16d"), (16, "g16x4x16d"), (17, "g16x4x16d"),
-    (32, "g16x4x16d"), (5, "g32x4x32d"), (32, "g32x4x32d"),
+    (32, "g16x4x16d"), (5, "g32x8x32d"), (32, "g32x8x32d"),
 ]
 
 
@@ -524,7 +524,7 @@ def test_gemv_dot_equals_float64_oracle(projection, flags, sizes, rows, config, 
         assert_close(got, expected.reshape(got.shape))
 
 
-@pytest.mark.parametrize("config", ["g16x4x16d", "g32x4x32d"])
+@pytest.mark.parametrize("config", ["g16x4x16d", "g32x8x32d"])
 @pytest.mark.parametrize("batch", [16, 32])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("projection,flags,sizes", [
@@ -579,7 +579,9 @@ def test_gemv_dot_at_smollm2_size(name, dtype, monkeypatch):
         for name, value in case.items()
     }, config=config))
 
-    assert launches == [True, True]
+    # in float32 all but O exceed the dot budget (on the H200 they asked for more shared
+    # memory than it has) and take the tl.dot kernel
+    assert launches == ([] if dtype == torch.float32 and name != "o" else [True, True])
     for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
         expected = expected.reshape(got.shape)
         if dtype == torch.float32:

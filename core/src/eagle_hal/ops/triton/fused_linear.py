@@ -337,11 +337,16 @@ def _config_for(
         weight_tile = next_power_of_2(k) * config.block_n * (2 if paired else 1)  # elements
         if config.dot:  # the weight tile(s) and a step's [block_m, K] rows at once
             input_tile = next_power_of_2(k) * config.block_m
-            fits = weight_tile + input_tile <= GEMV_DOT_MAX_PER_THREAD * 32 * config.num_warps
+            # a float32 product takes twice the registers and shared memory (on the H200
+            # SmolLM2's float32 QKV in g16x8x16d asked for 448 KiB of shared memory)
+            width = 2 if x.dtype == torch.float32 else 1
+            budget = GEMV_DOT_MAX_PER_THREAD * 32 * config.num_warps
+            fits = (weight_tile + input_tile) * width <= budget
         else:  # a step's [block_m, block_n, K] products
             fits = weight_tile * config.block_m <= GEMV_MAX_TILE
-        if not fits:
-            return LaunchConfig(block_k=64 if x.dtype == torch.float32 else 256)
+        if not fits:  # the tl.dot kernel's tiles as default_config gives them
+            wide = x.dtype == torch.float32 or x.shape[0] > 16
+            return LaunchConfig(block_k=64 if wide else 256)
     return config
 
 
