@@ -195,15 +195,19 @@ class Backend(abc.ABC):
         """The kernels a model's layers run between GEMMs (RMSNorm, residual add + RMSNorm,
         rotary, SwiGLU's gate): the shared Triton ones where ``capabilities.triton`` says
         Triton runs on this device, with the projections of small forwards fused into them
-        unless ``EAGLE_HAL_FUSED_LINEAR=0``; else the pure-torch reference. Override to
-        supply others."""
+        unless ``EAGLE_HAL_FUSED_LINEAR=0`` and the draft's softmax top-k unless
+        ``EAGLE_HAL_DRAFT_TOPK=torch``; else the pure-torch reference. Override to supply
+        others."""
         if self.capabilities.triton:
             from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
 
+            kernels = TRITON_MODEL_KERNELS
             setting = os.environ.get("EAGLE_HAL_FUSED_LINEAR", "1").strip().lower()
             if setting in ("0", "false", "off", "no"):  # GEMMs at every size (for A/B runs)
-                return dataclasses.replace(TRITON_MODEL_KERNELS, fused_linear=None)
-            return TRITON_MODEL_KERNELS
+                kernels = dataclasses.replace(kernels, fused_linear=None)
+            if os.environ.get("EAGLE_HAL_DRAFT_TOPK", "").strip().lower() == "torch":
+                kernels = dataclasses.replace(kernels, softmax_topk=None)  # (for A/B runs)
+            return kernels
         from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
         return REFERENCE_MODEL_KERNELS

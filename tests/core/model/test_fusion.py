@@ -233,3 +233,19 @@ def test_fused_linear_can_be_switched_off(monkeypatch):
     assert Backend.model_kernels(TritonBackend()).fused_linear is None
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR", "1")
     assert Backend.model_kernels(TritonBackend()).fused_linear is not None
+
+
+def test_the_draft_topk_kernel_can_be_switched_off(monkeypatch):
+    """``EAGLE_HAL_DRAFT_TOPK=torch`` gives the Triton kernels without ``softmax_topk``, so
+    the draft takes torch's softmax and topk (for A/B measurements)."""
+    from eagle_hal.backend import Backend
+
+    class TritonBackend:
+        capabilities = type("Caps", (), {"triton": True})()
+
+    if not HAS_TRITON:
+        pytest.skip("needs triton")
+    assert Backend.model_kernels(TritonBackend()).softmax_topk is not None
+    monkeypatch.setenv("EAGLE_HAL_DRAFT_TOPK", "torch")
+    kernels = Backend.model_kernels(TritonBackend())
+    assert kernels.softmax_topk is None and kernels.fused_linear is not None

@@ -28,7 +28,6 @@ returned by ``parameters()``.
 from __future__ import annotations
 
 import abc
-import os
 
 import torch
 from torch import nn
@@ -204,8 +203,6 @@ class EagleDraftModel(nn.Module, abc.ABC):
         else torch's softmax and topk."""
         logits = self._draft_logits(hidden_out)  # [n, draft_vocab]
         softmax_topk = self.kernels.softmax_topk
-        if os.environ.get("EAGLE_HAL_DRAFT_TOPK") == "torch":  # to measure both (benchmarks)
-            softmax_topk = None
         if softmax_topk is not None:
             top_probs, draft_ids = softmax_topk(logits, k)
         else:

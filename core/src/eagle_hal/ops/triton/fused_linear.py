@@ -40,7 +40,8 @@ in another order than the ``tl.dot`` kernel, so in 16-bit a decoded token and th
 token in a larger verify batch may round differently (see ``default_config``). Its dot
 mode (``LaunchConfig.dot``) keeps the one wave of weight loads but multiplies 16 or 32
 rows at a time with ``tl.dot``, for verify batches and small decode batches (chosen by
-``EAGLE_HAL_FUSED_LINEAR_CONFIG`` or ``EAGLE_HAL_GEMV``; not a default yet).
+``EAGLE_HAL_FUSED_LINEAR_WIDE``, ``EAGLE_HAL_FUSED_LINEAR_CONFIG`` or ``EAGLE_HAL_GEMV``;
+not a default: on the H200 it was no faster than the ``tl.dot`` kernel at 1-16 rows).
 
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
