@@ -414,6 +414,66 @@ def test_gemv_row_alone_equals_row_in_a_batch(projection, flags, block_m, prefet
         assert torch.equal(one[0], many[0])
 
 
+@pytest.mark.parametrize("per_program,block_m,prefetch", [
+    (1, 1, False), (1, 1, True), (3, 1, True), (2, 2, False), (5, 4, False),
+])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("projection,rows,flags", [
+    ("qkv_rotary", 7, (True, True, True)), ("gate_up_silu", 16, (True, True)),
+    ("linear", 6, (True, True)),
+])
+def test_gemv_rows_dealt_to_programs_equal_float64_oracle(projection, rows, flags, dtype,
+                                                          per_program, block_m, prefetch):
+    """Rows dealt over the grid's second axis (``rows_per_program``; the last group partly
+    empty where it does not divide the rows) give every row the oracle's outputs, and the
+    stream (written by each group's program 0) equals the sum; and the bits are those of
+    one program taking every row, since a row's sum does not depend on its group."""
+    build, call, oracle = PROJECTIONS[projection]
+    case = build(rows, dtype, *flags)
+    config = fused.LaunchConfig(block_n=4, block_m=block_m, gemv=True, prefetch=prefetch,
+                                rows_per_program=per_program)
+    together = fused.LaunchConfig(block_n=4, block_m=block_m, gemv=True, prefetch=prefetch)
+
+    actual = as_tuple(call(**case, config=config))
+
+    for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
+        assert_close(got, expected.reshape(got.shape))
+    for got, one_program in zip(actual, as_tuple(call(**case, config=together)), strict=True):
+        assert torch.equal(got, one_program)
+
+
+def test_gemv_dot_rows_dealt_to_programs_equal_float64_oracle():
+    """Dot mode with 16-row groups: 20 rows as a full group and a padded one."""
+    build, call, oracle = PROJECTIONS["gate_up_silu"]
+    case = build(20, torch.bfloat16, True, True)
+    config = fused.LaunchConfig(block_n=16, num_warps=4, block_m=16, gemv=True, dot=True,
+                                rows_per_program=16)
+
+    actual = as_tuple(call(**case, config=config))
+
+    for got, expected in zip(actual, as_tuple(oracle(case)), strict=True):
+        assert_close(got, expected.reshape(got.shape))
+
+
+def test_rows_per_program_is_parsed_and_validated():
+    from eagle_hal.ops.triton.fused_linear import LaunchConfig
+
+    assert LaunchConfig.parse("g2x2pr1") == LaunchConfig(
+        block_n=2, num_warps=2, gemv=True, prefetch=True, rows_per_program=1)
+    assert LaunchConfig.parse("g4x2x2r4") == LaunchConfig(
+        block_n=4, num_warps=2, gemv=True, block_m=2, rows_per_program=4)
+    assert LaunchConfig.parse("g16x4x16dr16") == LaunchConfig(
+        block_n=16, num_warps=4, gemv=True, block_m=16, dot=True, rows_per_program=16)
+    assert LaunchConfig.parse("g2x2p").rows_per_program == 0
+    for bad in ("g2x2pr", "g2x2r0", "g2x2rp", "g2x2r-1", "16x128x4x3r1"):
+        with pytest.raises(ValueError, match="launch config"):
+            LaunchConfig.parse(bad)
+    with pytest.raises(ValueError, match="rows_per_program"):
+        LaunchConfig(rows_per_program=2)
+    with pytest.raises(ValueError, match="rows_per_program"):
+        LaunchConfig(gemv=True, rows_per_program=-1)
+
+
 def gemv_launches(monkeypatch) -> list[bool]:
     """Spy on the gemv kernel: one entry per launch from now on, whether in dot mode."""
     launches = []

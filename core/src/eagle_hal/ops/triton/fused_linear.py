@@ -93,7 +93,12 @@ class LaunchConfig:
 
     ``dot`` (gemv, ``block_m`` and ``block_n`` >= 16): each step's ``block_m`` rows (padded)
     times the weight tile by ``tl.dot`` instead of a broadcast product; the limit is then
-    ``GEMV_DOT_MAX_PER_THREAD``, the weight and input tiles' elements per thread."""
+    ``GEMV_DOT_MAX_PER_THREAD``, the weight and input tiles' elements per thread.
+
+    ``rows_per_program`` (gemv): the rows are dealt over a second grid axis, this many to a
+    program, each group re-reading the weight tile (from L2 after the first group); 0 (the
+    default): one program per tile takes every row in its row loop. A row's sum does not
+    depend on its group, so this changes the time, never the bits."""
 
     block_n: int = 16
     block_k: int = 128
@@ -104,6 +109,7 @@ class LaunchConfig:
     block_m: int = 1  # gemv: rows per step of its row loop (a power of two)
     prefetch: bool = False  # gemv, block_m 1: the next row's loads issued before a row sums
     dot: bool = False  # gemv, block_m and block_n >= 16: a step's products by tl.dot
+    rows_per_program: int = 0  # gemv: rows per program of the row axis (0: all of them)
 
     def __post_init__(self) -> None:
         for size in (self.block_n, self.block_m):
@@ -118,21 +124,28 @@ class LaunchConfig:
         if self.dot and (not self.gemv or self.block_m < 16 or self.block_n < 16):
             raise ValueError(
                 f"dot is for the gemv kernel with block_m and block_n >= 16, got {self}")
+        if self.rows_per_program < 0 or (self.rows_per_program and not self.gemv):
+            raise ValueError(f"rows_per_program is for the gemv kernel, >= 0, got {self}")
 
     @classmethod
     def parse(cls, text: str) -> LaunchConfig:
         """``BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (e.g. ``16x128x4x3x3``), or
-        ``gBLOCK_NxWARPS[xBLOCK_M][p|d]`` for the matrix-vector kernel (e.g. ``g2x2x4``;
-        ``p``: prefetch, e.g. ``g2x2p``; ``d``: dot mode, e.g. ``g16x4x16d``)."""
+        ``gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS]`` for the matrix-vector kernel (e.g.
+        ``g2x2x4``; ``p``: prefetch, e.g. ``g2x2p``; ``d``: dot mode, e.g. ``g16x4x16d``;
+        ``rROWS``: ``rows_per_program``, e.g. ``g2x2pr1``)."""
         try:
             if text.startswith("g"):
-                suffix = text[-1] if text[-1] in "pd" else ""
-                fields = [int(v) for v in text[1 : len(text) - len(suffix)].split("x")]
+                body, split_rows, per_program = text[1:].partition("r")
+                if split_rows and not (per_program.isdigit() and int(per_program) > 0):
+                    raise ValueError(f"r wants a row count >= 1, got {per_program!r}")
+                suffix = body[-1] if body and body[-1] in "pd" else ""
+                fields = [int(v) for v in body[: len(body) - len(suffix)].split("x")]
                 if len(fields) not in (2, 3):
                     raise ValueError(f"{len(fields)} fields")
                 return cls(block_n=fields[0], num_warps=fields[1], gemv=True,
                            block_m=fields[2] if len(fields) == 3 else 1,
-                           prefetch=suffix == "p", dot=suffix == "d")
+                           prefetch=suffix == "p", dot=suffix == "d",
+                           rows_per_program=int(per_program) if per_program else 0)
             fields = [int(v) for v in text.split("x")]
             if len(fields) not in (4, 5):
                 raise ValueError(f"{len(fields)} fields")
@@ -140,8 +153,8 @@ class LaunchConfig:
         except (TypeError, ValueError) as error:
             raise ValueError(
                 f"launch config {text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS] "
-                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M][p|d] (e.g. g2x2p, "
-                f"g16x4x16d) ({error})"
+                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS] (e.g. g2x2p, "
+                f"g16x4x16d, g2x2pr1) ({error})"
             ) from None
 
 
@@ -207,7 +220,7 @@ def _forced_config(
     text: str, variable: str = "EAGLE_HAL_FUSED_LINEAR_CONFIG"
 ) -> LaunchConfig | None:
     """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (or
-    ``gBLOCK_NxWARPS[xBLOCK_M][p|d]``): the launch for 16-bit rows up to 16, to measure a
+    ``gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS]``): the launch for 16-bit rows up to 16, to measure a
     configuration end to end (benchmarks). ``variable``: the name to put in an error
     (``EAGLE_HAL_FUSED_LINEAR_WIDE`` parses the same way)."""
     if not text:
@@ -284,7 +297,8 @@ def _launch(
         return
     config = config or default_config(x.dtype, rows)
     if config.gemv:
-        fused_gemv_kernel[(tiles,)](
+        per_program = config.rows_per_program or rows
+        fused_gemv_kernel[(tiles, triton.cdiv(rows, per_program))](
             x, residual if residual is not None else x, total if total is not None else x,
             norm_weight if norm_weight is not None else x, weight,
             bias if bias is not None else weight, add if add is not None else x,
@@ -292,7 +306,7 @@ def _launch(
             x.stride(0), residual.stride(0) if residual is not None else 0, weight.stride(0),
             add.stride(0) if add is not None else 0,
             cos.stride(0) if cos is not None else 0, out.stride(0),
-            rows, n, k, eps, half, rotary_cols,
+            rows, n, k, eps, half, rotary_cols, per_program,
             HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
             HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
             BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=next_power_of_2(k),

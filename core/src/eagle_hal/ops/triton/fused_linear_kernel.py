@@ -267,7 +267,7 @@ def fused_linear_kernel(
 def fused_gemv_kernel(
     x_ptr, res_ptr, sum_ptr, norm_ptr, w_ptr, bias_ptr, add_ptr, cos_ptr, sin_ptr, out_ptr,
     x_stride, res_stride, w_stride, add_stride, cs_stride, out_stride,
-    M, N, K, eps, half, rotary_cols,
+    M, N, K, eps, half, rotary_cols, rows_per_program,
     HAS_RESIDUAL: tl.constexpr,
     HAS_NORM: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -295,8 +295,15 @@ def fused_gemv_kernel(
     ``tl.dot`` (``_dot``) instead of a ``[BLOCK_M, BLOCK_N, BLOCK_K]`` broadcast, for
     verify batches and small decode batches. Every step is a full ``BLOCK_M``-row tile
     (padded), so a row's summation order is fixed by ``BLOCK_K`` and the launch config,
-    whatever ``M`` or its place in the batch."""
+    whatever ``M`` or its place in the batch.
+
+    Rows are dealt to the grid's second axis, ``rows_per_program`` to a program (``M``: one
+    program per tile takes them all): program ``(j, g)`` takes rows ``g * rows_per_program``
+    onwards. Each row group re-reads the weight tile (from L2 after the first), and a row's
+    sum is the same whichever group takes it."""
     pid = tl.program_id(0)
+    first_row = tl.program_id(1) * rows_per_program
+    end_row = tl.minimum(first_row + rows_per_program, M)
     offsets = tl.arange(0, BLOCK_N)
     if EPILOGUE == 2:  # ROTARY: program = (head, part of its first half)
         parts = tl.cdiv(half, BLOCK_N)
@@ -321,8 +328,8 @@ def fused_gemv_kernel(
     if HAS_NORM:
         gain = tl.load(norm_ptr + ks, mask=k_mask, other=0.0).to(tl.float32)
     if PREFETCH:  # one row a step; the next row's loads in flight while this one sums
-        rows = tl.zeros([1], dtype=tl.int32)
-        row_mask = rows < M
+        rows = tl.zeros([1], dtype=tl.int32) + first_row
+        row_mask = rows < end_row
         mask = row_mask[:, None] & k_mask[None, :]
         x_raw = tl.load(x_ptr + rows[:, None] * x_stride + ks[None, :], mask=mask, other=0.0)
         res_raw = x_raw
@@ -332,12 +339,12 @@ def fused_gemv_kernel(
         add, cos_first, cos_second, sin_first, sin_second = _epilogue_inputs(
             rows, row_mask, cols_a, col_mask, within, add_ptr, cos_ptr, sin_ptr, add_stride,
             cs_stride, half, HAS_ADD, EPILOGUE)
-        for r in range(0, M):
+        for r in range(first_row, end_row):
             rows = tl.zeros([1], dtype=tl.int32) + r
-            row_mask = rows < M
+            row_mask = rows < end_row
             mask = row_mask[:, None] & k_mask[None, :]
             following = rows + 1
-            following_mask = following < M
+            following_mask = following < end_row
             next_mask = following_mask[:, None] & k_mask[None, :]
             x_next = tl.load(x_ptr + following[:, None] * x_stride + ks[None, :],
                              mask=next_mask, other=0.0)
@@ -375,12 +382,12 @@ def fused_gemv_kernel(
             sin_first = sin_first_n
             sin_second = sin_second_n
         return
-    for start in range(0, M, BLOCK_M):
+    for start in range(first_row, end_row, BLOCK_M):
         if BLOCK_M == 1:
             rows = tl.zeros([1], dtype=tl.int32) + start
         else:
             rows = start + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
+        row_mask = rows < end_row
         mask = row_mask[:, None] & k_mask[None, :]
         x = _input_tile(x_ptr, res_ptr, x_stride, res_stride, rows, ks, mask, HAS_RESIDUAL)
         if HAS_RESIDUAL:
