@@ -53,10 +53,14 @@ class _CostModel:
         self.rng = random.Random(seed)
         self.idle = 0
 
+    def expected_seconds(self, steps: int) -> float:
+        """Seconds of one iteration at ``steps`` in steady state (no catch-up, no noise)."""
+        extend = self.extend if steps > 0 else 0.0
+        return self.verify + steps * self.draft_step + extend
+
     def expected_throughput(self, steps: int) -> float:
         """Tokens per request per second at ``steps``, in steady state (the oracle)."""
-        extend = self.extend if steps > 0 else 0.0
-        return expected_accept_length(self.alpha, steps) / (self.verify + steps * self.draft_step + extend)
+        return expected_accept_length(self.alpha, steps) / self.expected_seconds(steps)
 
     def best(self, candidates: tuple[int, ...]) -> int:
         return max(candidates, key=self.expected_throughput)
@@ -296,3 +300,86 @@ def test_a_planned_iteration_left_out_runs_again() -> None:
         controller.observe(1, steps, 2.5 if steps else 1.0, seconds)
     assert chosen == [3, 3, 3, 0, 0, 0, 0]  # one more S = 0 than planned
     assert controller.snapshot()[1][1][0] == pytest.approx(1e3)
+
+
+def _settle_on_expectations(controller: AdaptiveController, batch: int, model: _CostModel,
+                            iters: int = 100) -> None:
+    """Drive the bucket of ``batch`` on ``model``'s expected accept lengths and times (no
+    sampling noise), so that it settles on the oracle's best depth."""
+    for _ in range(iters):
+        steps = controller.choose(batch)
+        controller.observe(batch, steps, expected_accept_length(model.alpha, steps),
+                           model.expected_seconds(steps))
+
+
+def test_a_bucket_seeded_deep_switches_to_plain_early_where_plain_is_faster() -> None:
+    """The H200 batch-16 case: seeded at S = 3 by a neighbour (batch 4, where drafting
+    pays) at a batch where S = 0 is best by the cost model's oracle, the bucket probes S = 0
+    within a few iterations and settles there; over the bucket's 746 iterations (its life
+    in the bench) it keeps 0.97x plain's throughput (round robin alone: 0.90x measured)."""
+    controller = AdaptiveController(CANDIDATES)
+    _settle_on_expectations(controller, 4, _CostModel(4, 0.6, 1e-3, 0.15e-3, 0.1e-3))
+    model = _CostModel(16, infer_acceptance_rate(2.5, 5), 1e-3, 0.5e-3, 0.5e-3,
+                       catch_up_per_token=0.5e-3 / 32)
+    assert model.best(CANDIDATES) == 0
+    assert controller.settled(16) == 3  # seeded
+    tokens = seconds = 0.0
+    settled = []
+    for _ in range(746):
+        steps = controller.choose(16)
+        accept, spent, catch_up = model.iterate(steps)
+        controller.observe(16, steps, accept, spent, catch_up)
+        tokens, seconds = tokens + accept, seconds + spent
+        settled.append(controller.settled(16))
+    assert settled.index(0) < 20
+    assert tokens / seconds >= 0.97 * model.expected_throughput(0)
+
+
+def test_a_bucket_seeded_where_the_depth_pays_checks_plain_early_and_stays() -> None:
+    """Seeded at S = 3 where S = 3 is 1.4x S = 0 (oracle), the bucket measures S = 0 within
+    a few iterations and stays at 3; the depths it ran, by the cost model's expected accept
+    lengths and times (catch-ups included), give at least ``1 - probe_budget`` of S = 3's
+    throughput over a 300-iteration life. (Candidates 0 and 3 only: S = 1 and 5 come within
+    9% of S = 3 here, and a noisy probe of them is not what this test is about.)"""
+    candidates = (0, 3)
+    controller = AdaptiveController(candidates, probe_budget=0.02)
+    _settle_on_expectations(controller, 4, _CostModel(4, 0.6, 1e-3, 0.15e-3, 0.1e-3))
+    assert controller.settled(16) == 3  # seeded
+    model = _CostModel(16, 0.6, 1e-3, 0.15e-3, 0.1e-3, catch_up_per_token=0.1e-3 / 32,
+                       noise=0.0)
+    assert model.expected_throughput(3) > 1.4 * model.expected_throughput(0)
+    tokens = seconds = 0.0
+    settled = []
+    for i in range(300):
+        steps = controller.choose(16)
+        accept, spent, catch_up = model.iterate(steps)
+        controller.observe(16, steps, accept, spent, catch_up)
+        tokens += expected_accept_length(model.alpha, steps)
+        seconds += spent
+        settled.append(controller.settled(16))
+        if i == 19:
+            assert controller.snapshot()[16][1][0] is not None  # S = 0 measured here
+    assert all(s == 3 for s in settled)
+    assert tokens / seconds >= (1 - 0.02) * model.expected_throughput(3)
+
+
+def test_a_bucket_seeded_at_plain_probes_the_neighbours_best_depth_first() -> None:
+    """Seeded at S = 0 by a neighbour (batch 64, where a costly draft extend keeps S = 0
+    best and S = 5 the best S > 0), at a batch where S = 5 is best (oracle; round robin
+    would probe S = 3 first), the bucket's first probe is S = 5 and it settles there
+    within a few iterations."""
+    controller = AdaptiveController(CANDIDATES)
+    neighbour = _CostModel(64, 0.9, 1e-3, 0.1e-3, 3.6e-3, noise=0.0)
+    assert sorted(CANDIDATES, key=neighbour.expected_throughput)[-2:] == [5, 0]
+    _settle_on_expectations(controller, 64, neighbour)
+    assert controller.settled(16) == 0  # seeded
+    model = _CostModel(16, 0.9, 1e-3, 0.1e-3, 0.1e-3, catch_up_per_token=0.1e-3 / 32)
+    assert model.best(CANDIDATES) == 5
+    chosen, settled = [], []
+    for _ in range(20):
+        steps = controller.choose(16)
+        chosen.append(steps)
+        controller.observe(16, steps, *model.iterate(steps))
+        settled.append(controller.settled(16))
+    assert [s for s in chosen if s > 0][:1] == [5]
+    assert settled[-1] == 5

@@ -11,6 +11,14 @@ not the chain formula's, and the cost of drafting depends on the batch.
   and similar one-off costs), then settles on the depth with the best throughput. A later
   bucket starts at its nearest settled neighbour's depth and learns its own by probing
   (batches pass through many sizes as requests finish).
+* Seeded buckets: a bucket started at its neighbour's depth first probes, after
+  ``warmup_iterations + 1`` iterations there, the depth that tells whether speculation
+  pays at its batch size: S = 0 when it was seeded at S > 0, else the neighbour's best
+  measured S > 0 (one probe per bucket, so not held to ``probe_budget``). Its later
+  probes come every ``probe_interval`` as below. In the round robin alone S = 0's turn
+  came third, 448 iterations in at the earliest, which a bucket that lives a few hundred
+  iterations never reaches (the H200's batch 16 ran its seeded S = 3 for all of its 746
+  iterations, at 0.90x plain decoding).
 * Probes: every ``probe_interval`` iterations it runs another depth (round robin) for
   ``probe_iterations`` iterations, and moves there when it beats the settled depth by the
   ``hysteresis`` margin (no margin for S = 0). So a bucket at S > 0 can fall back to 0 and
@@ -87,6 +95,7 @@ class _Bucket:
     since_probe: int = 0
     probes: int = 0
     probe_cost: float = 0.0  # seconds the running probe spent beyond the settled depth
+    first_probe: int | None = None  # a seeded bucket's early probe, ahead of the round robin
 
 
 class AdaptiveController:
@@ -148,8 +157,12 @@ class AdaptiveController:
             # batches pass through many sizes as requests finish: a new bucket starts at
             # its nearest settled neighbour's depth and learns by probing, rather than
             # paying a full warm-up (and graph captures) at depths the neighbour found slow
-            settled = self._buckets[neighbours[0][1]].settled
-            return _Bucket(stats, [], settled, self.probe_interval)
+            neighbour = self._buckets[neighbours[0][1]]
+            bucket = _Bucket(stats, [], neighbour.settled, self.probe_interval)
+            bucket.first_probe = self._first_probe_of_seeded(neighbour)
+            if bucket.first_probe is not None:
+                bucket.probe_interval = min(self.warmup_iterations + 1, self.probe_interval)
+            return bucket
         # the first bucket: every depth, deepest first (the draft is caught up after
         # prefill, so no warm-up iteration pays a catch-up that the steady state would not)
         plan = [s for s in reversed(self.candidates) for _ in range(self.warmup_iterations + 1)]
@@ -266,6 +279,18 @@ class AdaptiveController:
             return self.candidates[0]
         return max(rated, key=lambda s: (rated[s], -s))  # ties: the shallower depth
 
+    def _first_probe_of_seeded(self, neighbour: _Bucket) -> int | None:
+        """The depth a bucket seeded from ``neighbour`` probes first: S = 0 when seeded at
+        S > 0, else the neighbour's best measured S > 0 (``None`` where there is no such
+        depth, and the round robin starts at once)."""
+        if neighbour.settled != 0:
+            return 0 if 0 in self.candidates else None
+        rated = {s: st.throughput for s, st in neighbour.stats.items()
+                 if s > 0 and st.throughput is not None}
+        if not rated:
+            return None
+        return max(rated, key=lambda s: (rated[s], -s))  # ties: the shallower depth
+
     def _slower_than_plain(self, bucket: _Bucket) -> bool:
         """Whether the settled depth now measures slower than S = 0 did (no margin)."""
         if bucket.settled == 0 or 0 not in bucket.stats:
@@ -275,7 +300,8 @@ class AdaptiveController:
 
     def _after_probe(self, bucket: _Bucket, probed: int) -> None:
         """Move to the probed depth if it beats the settled one by the margin (none when it
-        is S = 0); a probe that changes nothing doubles the interval to the next one."""
+        is S = 0); a probe that changes nothing doubles the interval to the next one (at
+        least ``probe_interval``: a seeded bucket's early first probe sets no pace)."""
         assert bucket.settled is not None
         current = bucket.stats[bucket.settled].throughput
         rate = bucket.stats[probed].throughput
@@ -284,7 +310,8 @@ class AdaptiveController:
             bucket.settled = probed
             bucket.probe_interval = self.probe_interval
         else:
-            interval = min(2 * bucket.probe_interval, self.max_probe_interval)
+            interval = max(2 * bucket.probe_interval, self.probe_interval)
+            interval = min(interval, self.max_probe_interval)
             bucket.probe_interval = self._within_budget(bucket, interval, bucket.probe_cost)
         bucket.probe_cost = 0.0
 
@@ -308,8 +335,12 @@ class AdaptiveController:
         return max(interval, min(int(affordable) + 1, 16 * self.max_probe_interval))
 
     def _next_probe(self, bucket: _Bucket) -> int:
-        """The next other depth to probe, round robin over the candidates."""
+        """The next other depth to probe: a seeded bucket's first probe, then round robin
+        over the candidates."""
         others = [s for s in self.candidates if s != bucket.settled]
+        first, bucket.first_probe = bucket.first_probe, None
+        if first in others:  # (not where the bucket has since moved to it)
+            return first
         bucket.probes += 1
         return others[bucket.probes % len(others)]
 
