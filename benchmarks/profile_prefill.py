@@ -4,7 +4,8 @@
 of its wall time. This times prefills alone (``generate`` of one prompt with one new
 token, device synchronised around each), with and without the draft head, then profiles a
 few of them and prints the operators by device time and by host time, and the device's
-busy time (the union of its kernel intervals) against the wall time.
+busy time (the union of its kernel intervals) against the wall time; each with the
+one-request prefill graphs (``GraphRunner.prefill_buckets``) off and on, in one process.
 
     python benchmarks/profile_prefill.py --device cuda:0 --model M.gguf --draft HEAD \\
         --dataset mt_bench_question.jsonl
@@ -61,10 +62,16 @@ def main() -> int:
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
     print(f"device {backend.torch_device}, {len(prompts)} prompts, mean "
           f"{sum(map(len, prompts)) / len(prompts):.0f} tokens", flush=True)
-    for name, head in (("target only", None), ("target + draft head", draft)):
+    cases = [(f"{name}, prefill graphs {state}", head, state == "on")
+             for name, head in (("target only", None), ("target + draft head", draft))
+             for state in ("off", "on")]
+    for name, head, padded in cases:
         llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=5, topk=1),
                               max_batch_size=1, max_context=2048, seed=0)
         llm.runner.enable_graphs()
+        graphs = llm.runner.graphs
+        if graphs is not None and not padded:
+            graphs.prefill_buckets = ()  # as EAGLE_HAL_PREFILL_GRAPHS=0
         for _ in range(2):  # warm-up: every prompt length's kernels
             llm.generate(prompts, one)
         wall = []

@@ -10,3 +10,4 @@ b() { timeout ${T:-90} python3 -m eagle_hal bench --device cuda:0 --backend cuda
 GEMV=$(head -1 /root/out/gemv 2>/dev/null); echo "gemv: '$GEMV'"
 echo "== bs1 default"; T=200 b --max-new-tokens 256 --num-prompts 10 --batch-sizes 1 --modes plain,chain,tree,adaptive --no-split --repeats 3 --out $O/bs1_default; pack
 if [ -n "$GEMV" ]; then echo "== bs1 gemv $GEMV"; EAGLE_HAL_GEMV=$GEMV T=200 b --max-new-tokens 256 --num-prompts 10 --batch-sizes 1 --modes plain,chain,tree,adaptive --no-split --repeats 3 --out $O/bs1_gemv; pack; fi
+echo "== profile"; EAGLE_HAL_GEMV=${GEMV:-4:g2x2p} timeout 100 python3 benchmarks/profile_decode.py --device cuda:0 --model $GGUF --draft $H0 --modes plain,chain,tree --tokens 64 --out $O/profile 2>&1 | grep -v USDT | cut -c1-300 | tail -4; pack

@@ -171,3 +171,23 @@ def test_tree_graph_captured_after_its_verify_graph_is_lossless(cuda_backend, pa
         got = [o.token_ids for o in llm.generate(PROMPTS[:batch], PARAMS)]
         assert got == expected, spec
     assert llm.runner.graphs.tree_replays > 0 and llm.used_pages == 0
+
+
+@pytest.mark.parametrize("steps", [0, 4])
+def test_one_request_prefills_from_token_bucket_graphs_are_lossless(cuda_backend, pair, steps):
+    """Prompts of 1-30 tokens prefill one at a time from CUDA graphs padded to a token
+    bucket (the target's, and the draft's extend over the prompt), longer ones before
+    shorter ones in a bucket, and decode eager plain decoding's tokens."""
+    target, head = pair
+    prompts = [PROMPTS[2], PROMPTS[4], PROMPTS[0], PROMPTS[3]]  # 30, 14, 5, 1 tokens
+    plain = SpecConfig(num_steps=0)
+    expected = [generate(cuda_backend, target, None, plain, [p], graphs=False)[0][0]
+                for p in prompts]
+    spec = SpecConfig(num_steps=steps, topk=1) if steps else plain
+    llm = LLM.from_models(cuda_backend, target, head if steps else None, spec=spec, seed=0,
+                          max_batch_size=1)
+    assert llm.runner.enable_graphs()
+    got = [o.token_ids for p in prompts for o in llm.generate([p], PARAMS)]
+    assert got == expected
+    assert llm.runner.graphs.prefill_replays >= len(prompts) * (2 if steps else 1)
+    assert llm.used_pages == 0

@@ -27,7 +27,12 @@ from eagle_hal.conformance.runner_scene import BRANCHES, DRAFT_STEPS
 from eagle_hal.hal.sampling import TreeShape
 from eagle_hal.spec.drafting import draft_chain, draft_tree
 from eagle_hal.testing.graphs import EmulatedGraphCapture
-from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1
+from eagle_hal.testing.models import (
+    matching_eagle1,
+    near_bigram_target,
+    tiny_eagle1,
+    tiny_target,
+)
 
 pytest.importorskip("triton")
 
@@ -99,8 +104,9 @@ def pair():
     return target, matching_eagle1(target, noise=0.02)
 
 
-def plain(backend, target, prompts):
-    llm = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0), seed=0)
+def plain(backend, target, prompts, max_context=512):
+    llm = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0), seed=0,
+                          max_context=max_context)
     return [o.token_ids for o in llm.generate(prompts, PARAMS)]
 
 
@@ -153,6 +159,95 @@ def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, step
         assert graphs.tree_replays > 0 and "draft_decode" not in modes
         assert graphs.chain_replays == 0
     assert llm.used_pages == 0
+
+
+# -- one-request prefills padded to a token bucket ----------------------------------------------
+
+def _kv_snapshot(runner):
+    """Every layer's K and V of both models, ``[slots, values]`` (on the host)."""
+    parts = []
+    for store in (runner.target_kv, runner.draft_kv):
+        if store is None:
+            continue
+        for layer in range(store.num_layers):
+            for buffer in (store.k_buffer(layer), store.v_buffer(layer)):
+                by_slot = buffer if store.layout.order == "NHD" else buffer.transpose(0, 1)
+                parts.append(by_slot.reshape(store.num_slots, -1).float().cpu().clone())
+    return torch.cat(parts, dim=1)
+
+
+@pytest.mark.parametrize("attention,with_draft", [
+    ("reference", False), ("reference", True), ("triton", False),
+], ids=["reference-plain", "reference-chain", "triton-plain"])
+def test_prefills_padded_to_a_token_bucket_equal_eager(backends, attention, with_draft):
+    """One request at a time, prompts of 5, 30, 40 and 20 tokens prefill from token bucket
+    graphs (16, 32, 64, 32: the target's and, with a head, the draft's extend over the
+    prompt) and decode the tokens the eager reference backend gives. The 20-token prompt
+    prefills in bucket 32 while the 30-token one that used it before still runs: the
+    padding tokens after its 20 write their K/V to the padding slot, not to the slots of
+    the 30-token prompt's last 10 tokens (the static buffer's stale entries)."""
+    target = tiny_target(seed=11, vocab=61)
+    head = matching_eagle1(target, noise=0.02) if with_draft else None
+    spec = SpecConfig(num_steps=3, topk=1) if with_draft else SpecConfig(num_steps=0)
+    prompts = [list(range(1, 6)), [(7 * i) % 61 for i in range(30)],
+               [(3 * i + 1) % 61 for i in range(40)], [(5 * i + 2) % 61 for i in range(20)]]
+    expected = plain(backends[0], target, prompts)
+    backend = backends[1] if attention == "triton" else backends[2]
+    llm = LLM.from_models(backend, target, head, spec=spec, seed=0, max_batch_size=4)
+    llm.runner.enable_graphs((1, 2, 4))
+    graphs, engine = llm.runner.graphs, llm.engine
+    # the 30-token request runs while the others join one by one (each prefills alone)
+    requests = [engine.add_request(prompts[0], PARAMS)]
+    engine.step()
+    requests.append(engine.add_request(prompts[1], PARAMS))
+    engine.step()
+    requests.append(engine.add_request(prompts[2], PARAMS))
+    engine.step()
+    before = _kv_snapshot(llm.runner)
+    requests.append(engine.add_request(prompts[3], PARAMS))
+    engine.step()  # the 20-token prefill, in bucket 32 after the 30-token one
+    after = _kv_snapshot(llm.runner)
+    runner = llm.runner
+    own = set(runner.table.slots(requests[3].table_row, 0, len(prompts[3])))
+    others = [s for s in range(after.shape[0]) if s not in own and s != graphs.pad_slot]
+    assert torch.equal(after[others], before[others]), "a padded prefill wrote another's KV"
+    engine.run()
+    assert [engine.output(r, None).token_ids for r in requests] == expected
+    padded = {key[3] for key in graphs._graphs if key[2] == "padded"}
+    assert padded == {16, 32, 64}
+    # each prefill alone: target and (with a head) draft extend from a bucket graph
+    assert graphs.prefill_replays == 4 * (2 if with_draft else 1)
+    assert llm.used_pages == 0
+
+
+def test_prefill_graphs_can_be_turned_off(backends, monkeypatch):
+    """EAGLE_HAL_PREFILL_GRAPHS=0: one-request prefills run eagerly."""
+    monkeypatch.setenv("EAGLE_HAL_PREFILL_GRAPHS", "0")
+    target = tiny_target(seed=11, vocab=61)
+    llm = LLM.from_models(backends[2], target, None, spec=SpecConfig(num_steps=0), seed=0)
+    llm.runner.enable_graphs((1, 2))
+    got = [o.token_ids for o in llm.generate(PROMPTS[:1], PARAMS)]
+    assert got == plain(backends[0], target, PROMPTS[:1])
+    assert llm.runner.graphs.prefill_replays == 0
+
+
+def test_prompts_past_the_largest_token_bucket_prefill_eagerly(backends):
+    """A prompt longer than the largest token bucket, and several prompts at once, run
+    eagerly (no graph of their lengths either) and still decode as the reference does."""
+    from eagle_hal.engine.graph_runner import PREFILL_BUCKETS
+
+    target = tiny_target(seed=11, vocab=61)
+    long_prompt = [(i * 13 + 5) % 61 for i in range(PREFILL_BUCKETS[-1] + 3)]
+    prompts = [long_prompt, PROMPTS[1]]
+    llm = LLM.from_models(backends[2], target, None, spec=SpecConfig(num_steps=0), seed=0,
+                          max_context=1024)
+    llm.runner.enable_graphs((1, 2))
+    assert [o.token_ids for o in llm.generate(prompts[:1], PARAMS)] == plain(
+        backends[0], target, prompts[:1], max_context=1024)
+    assert llm.runner.graphs.prefill_replays == 0
+    llm.generate(prompts, PARAMS)  # two prompts in one prefill
+    assert llm.runner.graphs.prefill_replays == 0
+    assert not any(key[1].value == "extend" for key in llm.runner.graphs._graphs)
 
 
 # -- the draft's chain loop as one graph ------------------------------------------------------

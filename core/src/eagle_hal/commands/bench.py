@@ -138,7 +138,9 @@ def warm_up_depths(worker: Any) -> list[int]:
 def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
     """Prefill one prompt of each length for which an attention backend compiles a kernel
     variant (``AttentionBackend.warm_up_lengths``): otherwise the timed run's prompts and
-    catch-ups of new lengths compile them, about a second each."""
+    catch-ups of new lengths compile them, about a second each. With device graphs, also
+    one of each token bucket's length (``GraphRunner.prefill_buckets``), which captures
+    the bucket's prefill graphs (the target's and the draft's) before the timed run."""
     from eagle_hal.engine.request import SamplingParams
 
     runner = llm.runner
@@ -146,6 +148,9 @@ def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
     for attn in (runner.target_attn, getattr(runner, "draft_attn", None)):
         if attn is not None:
             lengths.update(attn.warm_up_lengths())
+    graphs = getattr(runner, "graphs", None)
+    if graphs is not None:
+        lengths.update(graphs.prefill_buckets)
     limit = llm.engine.scheduler.config.max_context - llm.worker.headroom(1) - 2
     params = SamplingParams(max_new_tokens=1, ignore_eos=True)
     for length in sorted(n for n in lengths if 1 <= n <= limit):

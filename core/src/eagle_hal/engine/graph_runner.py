@@ -18,8 +18,18 @@ padding page's first slot (never allocated), so they read and disturb nothing re
 attention backend's ``plan_for_replay`` hook refreshes its metadata, the graph replays
 with the host updates ``replay_host_updates`` gives (``None`` for most backends),
 and the outputs are sliced to the real tokens and copied out (the static outputs are
-overwritten by the next replay). Anything else (prefill, ragged extends, batches larger
-than the largest bucket) returns ``None`` and the caller runs eagerly.
+overwritten by the next replay).
+
+A one-request extend whose length varies from call to call (a prompt's prefill, the
+draft's extend over it, a draft catch-up) would want a graph per length. It replays
+instead from a graph per *token bucket* (``PREFILL_BUCKETS``): its tokens fill the front
+of the bucket's static run and the padding tokens after them write their K/V to the
+padding slot; causal attention keeps the real tokens from seeing them, and the outputs
+are sliced to the real tokens. Eagerly such a forward costs the host one launch per op (on
+an H200 a 83-token prefill took 15 ms of host time for 0.9 ms of device work; with the
+draft's extend, 28 ms). ``EAGLE_HAL_PREFILL_GRAPHS=0`` turns this off. Anything else
+(several prompts at once, ragged extends, batches larger than the largest bucket, prompts
+longer than the largest token bucket) returns ``None`` and the caller runs eagerly.
 
 The draft's chain loop (``spec.drafting.draft_chain``: top-1, S steps) is captured whole,
 ``engine.chain_graph.ChainGraph``: its S - 1 DRAFT_DECODE forwards, their lm_head top-1 and
@@ -67,6 +77,9 @@ CAPTURED_MODES = frozenset(
      ForwardMode.DRAFT_EXTEND}
 )
 MAX_TOKENS_PER_REQUEST = 64  # uniform forwards with more query tokens per request run eagerly
+# one-request extends of varying length (prefills, catch-ups) replay padded to these
+PREFILL_BUCKETS: tuple[int, ...] = (16, 32, 64, 96, 128, 192, 256, 384, 512)
+PREFILL_MODES = frozenset({ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND})
 
 
 def supports_replay(attn: AttentionBackend) -> bool:
@@ -82,6 +95,8 @@ class _CapturedForward:
     outputs: tuple[torch.Tensor, ...]  # static outputs, [bucket * n, ...] each
     tokens_per_request: int
     filled: int = 0  # real requests of the last replay; the rows past them hold padding
+    padded: bool = False  # a token bucket's graph (one request, padded to its tokens)
+    filled_tokens: int = 0  # real tokens of the last replay
 
 
 class GraphRunner:
@@ -127,11 +142,17 @@ class GraphRunner:
         # H200 by tests/backends/cuda (docs/benchmarks/README.md, fifth session).
         setting = os.environ.get("EAGLE_HAL_TREE_GRAPH", "1").strip().lower()
         self.tree_graphs = setting not in ("0", "false", "off", "no")
+        # One-request prefills and catch-ups padded to a token bucket, unless
+        # EAGLE_HAL_PREFILL_GRAPHS=0 (see the module docstring).
+        setting = os.environ.get("EAGLE_HAL_PREFILL_GRAPHS", "1").strip().lower()
+        self.prefill_buckets = PREFILL_BUCKETS if setting not in ("0", "false", "off", "no") else ()
+        self.prefill_replays = 0  # prefills and catch-ups served by a token bucket graph
 
     @property
     def total_replays(self) -> int:
         """Graph replays of every kind: single forwards, draft loops, overlapped iterations."""
-        return self.replays + self.chain_replays + self.tree_replays + self.iteration_replays
+        return (self.replays + self.chain_replays + self.tree_replays + self.iteration_replays
+                + self.prefill_replays)
 
     @property
     def num_graphs(self) -> int:
@@ -151,6 +172,17 @@ class GraphRunner:
             return None
         return self.bucket_for(len(lens))
 
+    def prefill_bucket(self, batch: ForwardBatch) -> int | None:
+        """The token bucket a one-request extend (``EXTEND`` or ``DRAFT_EXTEND``) replays
+        in, padded, or ``None`` (several requests, a tree, more tokens than the largest
+        bucket, or prefill graphs off)."""
+        lens = batch.extend_lens_cpu
+        if (batch.mode not in PREFILL_MODES or len(lens) != 1 or batch.tree_mask is not None
+                or batch.draft_kv_slots is not None):
+            return None
+        index = bisect.bisect_left(self.prefill_buckets, lens[0])
+        return self.prefill_buckets[index] if index < len(self.prefill_buckets) else None
+
     # -- the two model passes ---------------------------------------------------------------
 
     def run_target(
@@ -159,37 +191,51 @@ class GraphRunner:
         """The target's ``ModelOutput`` for ``batch`` from a graph, or ``None`` (run it
         eagerly). Captures on first sight of a shape."""
         runner = self.runner
-        bucket = self._capturable(batch)
+        target, attn = runner.target, runner.target_attn
+        bucket, padded = self._capturable(batch), None
         if bucket is None:
-            return None
-        key = ("target", *self._shape_key(batch, bucket), aux_layers)
+            padded = self.prefill_bucket(batch) if batch.mode is ForwardMode.EXTEND else None
+            if padded is None:
+                return None
+            bucket = 1
+        key = ("target", *self._shape_key(batch, bucket, padded), aux_layers)
         entry = self._graphs.get(key)
         if entry is None:
-            target, attn = runner.target, runner.target_attn
             entry = self._capture_forward(
                 batch, bucket, attn, None,
                 lambda static, _: _flatten_output(
                     target.forward(static, attn, aux_layers=aux_layers)
                 ),
+                padded,
             )
             self._graphs[key] = entry
-        outputs = self._replay(entry, batch, None, runner.target_attn)
+        outputs = self._replay(entry, batch, None, attn)
         return ModelOutput(outputs[0], tuple(outputs[1:]))
 
-    def run_draft(self, batch: ForwardBatch, hidden: torch.Tensor) -> torch.Tensor | None:
+    def run_draft(
+        self, batch: ForwardBatch, hidden: torch.Tensor, *, prefill: bool = False
+    ) -> torch.Tensor | None:
         """The draft's output hidden states ``[T, H]`` for ``batch`` and input features
-        ``hidden`` ``[T, H_in]`` from a graph, or ``None`` (run it eagerly)."""
+        ``hidden`` ``[T, H_in]`` from a graph, or ``None`` (run it eagerly). ``prefill``:
+        an extend whose length varies from call to call (over a prompt, a catch-up): never
+        a graph of its own length, only a token bucket's (``prefill_bucket``)."""
         runner = self.runner
-        bucket = self._capturable(batch)
-        if bucket is None or runner.draft is None or runner.draft_attn is None:
-            return None
-        key = ("draft", *self._shape_key(batch, bucket), hidden.shape[1:], hidden.dtype)
-        entry = self._graphs.get(key)
         draft, attn = runner.draft, runner.draft_attn
+        if draft is None or attn is None:
+            return None
+        bucket, padded = (None, self.prefill_bucket(batch)) if prefill else (
+            self._capturable(batch), None)
+        if padded is not None:
+            bucket = 1
+        if bucket is None:
+            return None
+        key = ("draft", *self._shape_key(batch, bucket, padded), hidden.shape[1:], hidden.dtype)
+        entry = self._graphs.get(key)
         if entry is None:
             entry = self._capture_forward(
                 batch, bucket, attn, hidden,
                 lambda static, features: (draft.forward(static, attn, static.input_ids, features),),
+                padded,
             )
             self._graphs[key] = entry
         return self._replay(entry, batch, hidden, attn)[0]
@@ -353,13 +399,22 @@ class GraphRunner:
             self._graph_state_ready.add(id(attn))
 
     @staticmethod
-    def _shape_key(batch: ForwardBatch, bucket: int) -> tuple[object, ...]:
+    def _shape_key(
+        batch: ForwardBatch, bucket: int, padded: int | None = None
+    ) -> tuple[object, ...]:
+        """The graph's key; ``padded``: the token bucket of a padded one-request extend."""
         depth = batch.draft_kv_slots.shape[1] if batch.draft_kv_slots is not None else 0
+        if padded is not None:
+            return (batch.mode, "padded", padded)
         return (batch.mode, bucket, batch.extend_lens_cpu[0], batch.num_branches, depth)
 
-    def _static_batch(self, batch: ForwardBatch, bucket: int) -> ForwardBatch:
-        """Zeroed buffers of ``batch``'s shape padded to ``bucket`` requests."""
-        device, n = batch.input_ids.device, batch.extend_lens_cpu[0]
+    def _static_batch(
+        self, batch: ForwardBatch, bucket: int, tokens_per_request: int | None = None
+    ) -> ForwardBatch:
+        """Zeroed buffers of ``batch``'s shape padded to ``bucket`` requests (of
+        ``tokens_per_request`` tokens each where given, else ``batch``'s)."""
+        device = batch.input_ids.device
+        n = tokens_per_request or batch.extend_lens_cpu[0]
         tokens = bucket * n
         long = dict(dtype=torch.int64, device=device)
         tree_mask = None
@@ -402,9 +457,12 @@ class GraphRunner:
         attn: AttentionBackend,
         hidden: torch.Tensor | None,
         body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
+        padded: int | None = None,
     ) -> _CapturedForward:
+        """Capture ``body`` over a static batch of ``bucket`` requests (``padded``: one
+        request of that many tokens)."""
         self._init_graph_state(attn)
-        static = self._static_batch(batch, bucket)
+        static = self._static_batch(batch, bucket, padded)
         hidden_in = None
         if hidden is not None:
             hidden_in = hidden.new_zeros(static.num_tokens, *hidden.shape[1:])
@@ -413,7 +471,8 @@ class GraphRunner:
             body(static, hidden_in)
         graph = self.capture.new_graph()
         outputs = self.capture.record(graph, lambda: body(static, hidden_in))
-        return _CapturedForward(graph, static, hidden_in, outputs, batch.extend_lens_cpu[0])
+        return _CapturedForward(graph, static, hidden_in, outputs,
+                                padded or batch.extend_lens_cpu[0], padded=padded is not None)
 
     def _replay(
         self,
@@ -425,7 +484,9 @@ class GraphRunner:
         static = entry.batch
         size, tokens = batch.batch_size, batch.num_tokens
         stale = entry.filled > size  # a larger batch left real rows and slots behind
-        entry.filled = size
+        # a token bucket's longer last run left real slots where padding now goes
+        stale_tokens = entry.filled_tokens > tokens
+        entry.filled, entry.filled_tokens = size, tokens
         static.input_ids[:tokens].copy_(batch.input_ids)
         static.positions[:tokens].copy_(batch.positions)
         static.req_pool_indices[:size].copy_(batch.req_pool_indices)
@@ -434,6 +495,7 @@ class GraphRunner:
         if stale:
             static.req_pool_indices[size:].zero_()
             static.prefix_lens[size:].zero_()
+        if stale or stale_tokens:
             static.out_cache_loc[tokens:].fill_(self.pad_slot)
         if static.tree_mask is not None and batch.tree_mask is not None:
             rows = static.tree_mask[:size]
@@ -451,7 +513,10 @@ class GraphRunner:
         assert static.attn_metadata is not None
         attn.plan_for_replay(view, static.attn_metadata)
         entry.graph.replay(attn.replay_host_updates(view, static.attn_metadata))
-        self.replays += 1
+        if entry.padded:
+            self.prefill_replays += 1
+        else:
+            self.replays += 1
         return tuple(out[:tokens].clone() for out in entry.outputs)
 
 

@@ -253,12 +253,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def run_draft(
-        self, batch: ForwardBatch, hidden: torch.Tensor, *, eager: bool = False
+        self, batch: ForwardBatch, hidden: torch.Tensor, *, prefill: bool = False
     ) -> torch.Tensor:
-        """The draft's output hidden states ``[T, H]``; ``eager`` skips graph replay."""
+        """The draft's output hidden states ``[T, H]``. ``prefill``: an extend whose length
+        varies from call to call (over a prompt, a catch-up), which no graph of its own
+        length would pay for: replayed from a token bucket's graph when it is one request
+        (``GraphRunner.prefill_bucket``), else eager."""
         assert self.draft is not None and self.draft_attn is not None
-        if self.graphs is not None and not eager:
-            replayed = self.graphs.run_draft(batch, hidden)
+        if self.graphs is not None:
+            replayed = self.graphs.run_draft(batch, hidden, prefill=prefill)
             if replayed is not None:
                 return replayed
         batch.attn_metadata = self.draft_attn.plan(batch)

@@ -224,10 +224,11 @@ class EagleWorker:
                 self._pending.drop(request.request_id)
             draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
-            # eager, as the target's prefill: a graph per prompt length would be captured
-            # for nearly every request (in a timed run too) and replayed almost never
+            # as the target's prefill, no graph per prompt length (one would be captured
+            # for nearly every request and replayed almost never): a token bucket's graph
+            # for one request, else eager
             self._draft_extend(
-                requests, rows, draft_ids, features, [0] * len(rows), lengths, eager=True
+                requests, rows, draft_ids, features, [0] * len(rows), lengths, prefill=True
             )
         return [[root] if f else [] for root, f in zip(roots, fresh)]
 
@@ -422,10 +423,11 @@ class EagleWorker:
                     f"tokens but the target holds {request.cached_len}"
                 )
         self.catch_ups.record(len(pending.input_ids))
-        # eager: the lengths depend on the stretch at S = 0, a graph per length would not pay
+        # the lengths depend on the stretch at S = 0: a graph per length would not pay, so
+        # a token bucket's graph for one request, else eager
         self._draft_extend(
             lagging, [self._row(r) for r in lagging], pending.input_ids, pending.features,
-            pending.draft_lens, pending.extend_lens, eager=True,
+            pending.draft_lens, pending.extend_lens, prefill=True,
         )
         return True
 
@@ -455,13 +457,14 @@ class EagleWorker:
         prefix_lens: Sequence[int],
         extend_lens: Sequence[int],
         *,
-        eager: bool = False,
+        prefill: bool = False,
     ) -> None:
-        """Run the draft over new tokens and keep the batch's last top-K and hidden."""
+        """Run the draft over new tokens and keep the batch's last top-K and hidden
+        (``prefill``: lengths that vary from call to call, see ``ModelRunner.run_draft``)."""
         runner = self.runner
         batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens, extend_lens)
         hidden_in = features.to(runner.dtype)
-        hidden_out = runner.run_draft(batch, hidden_in, eager=eager)  # [T, H]
+        hidden_out = runner.run_draft(batch, hidden_in, prefill=prefill)  # [T, H]
         if all(n == extend_lens[0] for n in extend_lens):
             last_hidden = hidden_out.view(len(rows), extend_lens[0], -1)[:, -1]  # [B, H]
         else:
