@@ -112,9 +112,11 @@ def test_batch_invariance(cpu_backend, good_pair, params):
 
 
 @pytest.mark.parametrize("spec", [SpecConfig(2, 2, 4), SpecConfig(3, 4, 8, adaptive=True)])
-def test_prefill_captures_no_graph(random_pair, spec):
-    """Prefills of prompts of every length run eagerly, the draft's extend as the target's:
-    a graph per prompt length would be captured for nearly every request."""
+def test_prefills_capture_no_graph_per_length(random_pair, spec):
+    """Prefills of prompts of different lengths share their token bucket's graphs (the
+    target's and the draft's extend over the prompt): the first prompt captures the two,
+    later lengths in the bucket capture none. A graph per prompt length would be captured
+    for nearly every request."""
     from eagle_hal.testing.graphs import replaying_cpu_backend
 
     backend = replaying_cpu_backend()
@@ -129,10 +131,11 @@ def test_prefill_captures_no_graph(random_pair, spec):
         return emitted
 
     llm.worker.prefill = counting_prefill
-    for length in (3, 5, 8):
+    for length in (3, 5, 8):  # token bucket 16
         count_before = llm.runner.graphs.num_graphs
         llm.generate([list(range(1, 1 + length))], SamplingParams(max_new_tokens=1))
-        assert graphs_after_prefill[-1] == count_before
+        assert graphs_after_prefill[-1] == count_before + (2 if length == 3 else 0)
+    assert llm.runner.graphs.prefill_replays == 6
 
 
 def test_adaptive_iterations_build_each_depths_settings_once(cpu_backend, random_pair, monkeypatch):
