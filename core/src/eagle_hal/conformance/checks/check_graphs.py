@@ -33,7 +33,9 @@ same for the tree loop (``spec.drafting.draft_tree``, K = 2, S = 3, N = 5) as on
 whose levels' ancestor slots are computed inside the graph; skipped also for backends
 without ``draft_slots_read_in_forward``. ``test_graph_decoding_equals_plain``
 decodes greedily with graphs on (batches shrink through the buckets as requests finish)
-and must equal plain decoding without graphs.
+and must equal plain decoding without graphs. ``test_prefills_padded_to_a_token_bucket_equal_plain``
+prefills prompts one at a time (each joining while the earlier ones run) from graphs padded
+to a token bucket and must decode as plain decoding without graphs.
 """
 
 from __future__ import annotations
@@ -311,3 +313,43 @@ def test_graph_decoding_equals_plain(backend: Backend, spec: SpecConfig) -> None
     assert llm.used_pages == 0 and llm.leaked_pages == 0, (
         f"{llm.used_pages} KV pages still held after the batch finished"
     )
+
+
+def test_prefills_padded_to_a_token_bucket_equal_plain(backend: Backend) -> None:
+    """One-request prefills replayed from graphs padded to a token bucket (the target's and
+    the draft's extend over the prompt) decode greedily as plain decoding without graphs,
+    with a longer prompt's request still running when a shorter one reuses its bucket
+    (the padding must not write that request's K/V)."""
+    from eagle_hal.api import LLM
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    device, page_size = backend.torch_device, preferred_page_size(backend)
+    target = tiny_target(seed=23, device=device)
+    head = tiny_eagle1(target, seed=24).to(device)
+    vocab = target.config.vocab_size
+    prompts = [[(7 * i + 3) % vocab for i in range(30)], [(5 * i + 1) % vocab for i in range(20)],
+               [(3 * i + 2) % vocab for i in range(5)]]
+    params = SamplingParams(max_new_tokens=8)
+    plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
+                            page_size=page_size)
+    expected = [o.token_ids for o in plain.generate(prompts, params)]
+    llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=3, topk=1),
+                          page_size=page_size, max_batch_size=4)
+    assert llm.runner.enable_graphs(BUCKETS), "graph capture offered but the engine cannot replay"
+    engine, requests = llm.engine, []
+    for prompt in prompts:  # each joins alone, while the ones before it still run
+        requests.append(engine.add_request(prompt, params))
+        engine.step()
+    engine.run()
+    for i, (request, reference) in enumerate(zip(requests, expected, strict=True)):
+        got = engine.output(request, None)
+        assert got.error is None, f"request {i} failed: {got.error}"
+        assert got.token_ids == reference, (
+            f"prompt {i} ({len(prompts[i])} tokens) prefilled from a token bucket graph "
+            f"decodes {list(got.token_ids)}, plain decoding {list(reference)}"
+        )
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.prefill_replays >= 2 * len(prompts), (
+        f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs"
+    )
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
