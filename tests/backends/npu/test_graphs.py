@@ -106,7 +106,7 @@ def test_graphs_check_fails_without_host_updates(emulation):
     report = run_suite("cpu", backend=backend, areas=("graphs",))
     outcomes = {r.check_id: r.outcome.value for r in report.results}
     assert outcomes.pop("graphs/tree_loop_equals_eager") == "skip"  # see above
-    assert len(outcomes) == 9 and set(outcomes.values()) == {"fail"}, outcomes
+    assert len(outcomes) == 10 and set(outcomes.values()) == {"fail"}, outcomes
     replay = report.results[0].message
     assert "output vs eager" in replay, replay  # a wrong result, not an error
 

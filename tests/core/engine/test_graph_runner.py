@@ -220,6 +220,50 @@ def test_prefills_padded_to_a_token_bucket_equal_eager(backends, attention, with
     assert llm.used_pages == 0
 
 
+@pytest.mark.parametrize("page_size", [1, 16])
+def test_padded_draft_extends_after_a_prefix_equal_eager(page_size):
+    """The draft's extends as a catch-up runs them (one request, a prefix of earlier
+    tokens, lengths that vary), through a random head whose output depends on attention:
+    7 tokens after 20, then 3 after 27 in the same bucket (stale padding slots), give the
+    eager forward's hidden states and K/V at their own slots and leave every other slot
+    as it was; a run whose padded length would pass the end of the row runs eagerly."""
+    from eagle_hal.hal.attention import ForwardMode
+
+    target = tiny_target(seed=11, vocab=61)
+    head = tiny_eagle1(target, seed=12)
+    llm = LLM.from_models(_backend(ReplayingTorchBackend), target, head,
+                          spec=SpecConfig(num_steps=3, topk=1), seed=0, page_size=page_size,
+                          max_context=64)
+    llm.runner.enable_graphs((1,))
+    runner, graphs = llm.runner, llm.runner.graphs
+    request = llm.engine.add_request([(5 * i + 2) % 61 for i in range(20)],
+                                     SamplingParams(max_new_tokens=32))
+    llm.engine.step()  # the prompt's prefill: rows and draft K/V for positions 0..19
+    row, width = request.table_row, runner.draft_attn.config.req_to_token.shape[1]
+    generator = torch.Generator().manual_seed(7)
+    for prefix, count, padded in ((20, 7, True), (27, 3, True), (width - 5, 4, False)):
+        runner.table.reserve(row, prefix + count)
+        runner.sync_table()
+        ids = torch.randint(61, (count,), generator=generator).tolist()
+        features = torch.randn(count, target.config.hidden_size, generator=generator)
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, [row], [prefix], [count])
+        before = _kv_snapshot(runner)
+        runner.graphs = None
+        eager = runner.run_draft(batch, features, prefill=True)
+        eager_kv = _kv_snapshot(runner)
+        runner.graphs = graphs
+        replays = graphs.prefill_replays
+        got = runner.run_draft(batch, features, prefill=True)
+        assert graphs.prefill_replays == replays + int(padded)
+        torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
+        graph_kv = _kv_snapshot(runner)
+        own = runner.table.slots(row, prefix, prefix + count)
+        torch.testing.assert_close(graph_kv[own], eager_kv[own], atol=1e-5, rtol=1e-5)
+        others = [s for s in range(before.shape[0]) if s not in set(own)
+                  and s // page_size != PADDING_PAGE]
+        assert torch.equal(graph_kv[others], before[others])
+
+
 def test_prefill_graphs_can_be_turned_off(backends, monkeypatch):
     """EAGLE_HAL_PREFILL_GRAPHS=0: one-request prefills run eagerly."""
     monkeypatch.setenv("EAGLE_HAL_PREFILL_GRAPHS", "0")

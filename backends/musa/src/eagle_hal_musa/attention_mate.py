@@ -38,7 +38,11 @@ Left on the ``fallback`` (SDPA over gathered slots):
 * Captured forwards: what ``flash_attn_with_kvcache`` does on the host (its split
   heuristic, scheduler metadata) under MUSA graph capture is not documented, so
   ``plan_for_capture`` hands the capture to the fallback. With graphs on, mate serves the
-  eager forwards (prefill ``EXTEND``, and any forward the graph runner does not capture).
+  eager forwards: prefills of several prompts at once, prompts longer than the graph
+  runner's largest token bucket, and any other forward it does not capture. One-request
+  prefills replay from the graph runner's token-bucket graphs, on the fallback
+  (``EAGLE_HAL_PREFILL_GRAPHS=0`` gives them to mate again; which is faster on MUSA is
+  not measured).
 """
 
 from __future__ import annotations

@@ -148,10 +148,10 @@ def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
     for attn in (runner.target_attn, getattr(runner, "draft_attn", None)):
         if attn is not None:
             lengths.update(attn.warm_up_lengths())
-    graphs = getattr(runner, "graphs", None)
-    if graphs is not None:
-        lengths.update(graphs.prefill_buckets)
     limit = llm.engine.scheduler.config.max_context - llm.worker.headroom(1) - 2
+    graphs = getattr(runner, "graphs", None)
+    if graphs is not None:  # (a bucket past the limit: its longest reachable prompt)
+        lengths.update(min(bucket, limit) for bucket in graphs.prefill_buckets)
     params = SamplingParams(max_new_tokens=1, ignore_eos=True)
     for length in sorted(n for n in lengths if 1 <= n <= limit):
         llm.generate([(prompt * length)[:length]], params)

@@ -172,16 +172,23 @@ class GraphRunner:
             return None
         return self.bucket_for(len(lens))
 
-    def prefill_bucket(self, batch: ForwardBatch) -> int | None:
+    def prefill_bucket(self, batch: ForwardBatch, attn: AttentionBackend) -> int | None:
         """The token bucket a one-request extend (``EXTEND`` or ``DRAFT_EXTEND``) replays
         in, padded, or ``None`` (several requests, a tree, more tokens than the largest
-        bucket, or prefill graphs off)."""
+        bucket, prefill graphs off, or a prefix so long that the padded run would pass
+        the end of the request's row in ``attn``'s token table: a backend may read keys
+        through the table up to the padded length, as the NPU's fused attention does)."""
         lens = batch.extend_lens_cpu
         if (batch.mode not in PREFILL_MODES or len(lens) != 1 or batch.tree_mask is not None
                 or batch.draft_kv_slots is not None):
             return None
         index = bisect.bisect_left(self.prefill_buckets, lens[0])
-        return self.prefill_buckets[index] if index < len(self.prefill_buckets) else None
+        if index == len(self.prefill_buckets):
+            return None
+        bucket = self.prefill_buckets[index]
+        if batch.prefix_lens_cpu[0] + bucket > attn.config.req_to_token.shape[1]:
+            return None
+        return bucket
 
     # -- the two model passes ---------------------------------------------------------------
 
@@ -194,7 +201,8 @@ class GraphRunner:
         target, attn = runner.target, runner.target_attn
         bucket, padded = self._capturable(batch), None
         if bucket is None:
-            padded = self.prefill_bucket(batch) if batch.mode is ForwardMode.EXTEND else None
+            padded = (self.prefill_bucket(batch, attn) if batch.mode is ForwardMode.EXTEND
+                      else None)
             if padded is None:
                 return None
             bucket = 1
@@ -223,7 +231,7 @@ class GraphRunner:
         draft, attn = runner.draft, runner.draft_attn
         if draft is None or attn is None:
             return None
-        bucket, padded = (None, self.prefill_bucket(batch)) if prefill else (
+        bucket, padded = (None, self.prefill_bucket(batch, attn)) if prefill else (
             self._capturable(batch), None)
         if padded is not None:
             bucket = 1
@@ -395,7 +403,8 @@ class GraphRunner:
     def _init_graph_state(self, attn: AttentionBackend) -> None:
         if id(attn) not in self._graph_state_ready:
             largest = self.buckets[-1]
-            attn.init_graph_state(largest, largest * MAX_TOKENS_PER_REQUEST)
+            tokens = max(largest * MAX_TOKENS_PER_REQUEST, max(self.prefill_buckets, default=0))
+            attn.init_graph_state(largest, tokens)
             self._graph_state_ready.add(id(attn))
 
     @staticmethod

@@ -250,7 +250,15 @@ class AttentionBackend(abc.ABC):
         batch's values; its ``prefix_lens_cpu`` / ``extend_lens_cpu`` are the replayed
         batch's. Rebinding a field of ``metadata`` or of ``batch`` is not seen by the
         replay, nor is any host value changed after capture. Raises ``ValueError`` for a
-        batch of another shape than the capture's."""
+        batch of another shape than the capture's.
+
+        A one-request ``EXTEND`` or ``DRAFT_EXTEND`` padded to a token bucket (the graph
+        runner's prefill graphs) comes with the bucket's length as its extend length: its
+        real tokens first, then padding tokens whose ``out_cache_loc`` is the padding slot
+        and whose outputs are discarded. Causal attention must keep the real tokens from
+        seeing the padding; the request's table row is reserved only up to its real
+        length (the runner never pads past the row's width), so entries past it are not
+        the padding tokens' slots."""
         raise NotImplementedError(f"{type(self).__name__} does not support graph replay")
 
     def replay_host_updates(
