@@ -91,14 +91,20 @@ def profile_one(llm: Any, measurement: Any, top: int) -> str:
     return out.getvalue()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def model_parser(description: str, num_prompts: int) -> argparse.ArgumentParser:
+    """The arguments ``build_models`` reads (shared with ``profile_prefill.py``)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--draft", default=None)
     parser.add_argument("--dataset", default="benchmarks/data/mt_bench_question.jsonl")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--num-prompts", type=int, default=40)
+    parser.add_argument("--num-prompts", type=int, default=num_prompts)
+    return parser
+
+
+def main() -> int:
+    parser = model_parser(__doc__.splitlines()[0], num_prompts=40)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--modes", default="plain,adaptive")
     parser.add_argument("--batch-sizes", default="1,16")

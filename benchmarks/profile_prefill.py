@@ -13,7 +13,6 @@ one-request prefill graphs (``GraphRunner.prefill_buckets``) off and on, in one 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -41,18 +40,12 @@ def busy_ms(prof: profile) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--draft", default=None)
-    parser.add_argument("--dataset", default="benchmarks/data/mt_bench_question.jsonl")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--num-prompts", type=int, default=20)
+    from profile_host import build_models, model_parser  # noqa: PLC0415
+
+    parser = model_parser(__doc__.splitlines()[0], num_prompts=20)
     parser.add_argument("--profiled", type=int, default=5)
     parser.add_argument("--rows", type=int, default=25)
     args = parser.parse_args()
-
-    from profile_host import build_models  # noqa: PLC0415
 
     from eagle_hal.api import LLM  # noqa: PLC0415
     from eagle_hal.engine.request import SamplingParams  # noqa: PLC0415
