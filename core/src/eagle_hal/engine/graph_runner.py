@@ -231,10 +231,11 @@ class GraphRunner:
         draft, attn = runner.draft, runner.draft_attn
         if draft is None or attn is None:
             return None
-        bucket, padded = (None, self.prefill_bucket(batch, attn)) if prefill else (
-            self._capturable(batch), None)
-        if padded is not None:
-            bucket = 1
+        if prefill:
+            padded = self.prefill_bucket(batch, attn)
+            bucket = None if padded is None else 1
+        else:
+            padded, bucket = None, self._capturable(batch)
         if bucket is None:
             return None
         key = ("draft", *self._shape_key(batch, bucket, padded), hidden.shape[1:], hidden.dtype)
