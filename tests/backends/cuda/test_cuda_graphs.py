@@ -191,3 +191,48 @@ def test_one_request_prefills_from_token_bucket_graphs_are_lossless(cuda_backend
     assert got == expected
     assert llm.runner.graphs.prefill_replays >= len(prompts) * (2 if steps else 1)
     assert llm.used_pages == 0
+
+
+def test_padded_draft_extends_after_a_prefix_equal_eager(cuda_backend):
+    """The draft's extends as a catch-up runs them (one request, a prefix, varying
+    lengths) from CUDA graphs padded to a token bucket, through a random head whose output
+    depends on attention: 7 tokens after 20, then 3 after 27 in the same bucket, give the
+    eager forward's hidden states and K/V at their own slots."""
+    from eagle_hal.hal.attention import ForwardMode
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    device = cuda_backend.torch_device
+    target = tiny_target(seed=11, vocab=61, device=device)
+    head = tiny_eagle1(target, seed=12).to(device)
+    llm = LLM.from_models(cuda_backend, target, head, spec=SpecConfig(num_steps=3, topk=1),
+                          seed=0, max_context=64)
+    assert llm.runner.enable_graphs((1,))
+    runner, graphs = llm.runner, llm.runner.graphs
+    request = llm.engine.add_request([(5 * i + 2) % 61 for i in range(20)],
+                                     SamplingParams(max_new_tokens=32))
+    llm.engine.step()  # the prompt's prefill
+    row, store = request.table_row, runner.draft_kv
+
+    def by_slot(buffer):
+        return buffer if store.layout.order == "NHD" else buffer.transpose(0, 1)
+
+    generator = torch.Generator().manual_seed(7)
+    for prefix, count in ((20, 7), (27, 3)):
+        runner.table.reserve(row, prefix + count)
+        runner.sync_table()
+        ids = torch.randint(61, (count,), generator=generator).tolist()
+        features = torch.randn(count, target.config.hidden_size, generator=generator).to(device)
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, [row], [prefix], [count])
+        own = torch.tensor(runner.table.slots(row, prefix, prefix + count), device=device)
+        runner.graphs = None
+        eager = runner.run_draft(batch, features, prefill=True)
+        eager_kv = [by_slot(store.k_buffer(layer))[own].clone()
+                    for layer in range(store.num_layers)]
+        runner.graphs = graphs
+        replays = graphs.prefill_replays
+        got = runner.run_draft(batch, features, prefill=True)
+        assert graphs.prefill_replays == replays + 1
+        torch.testing.assert_close(got, eager, atol=1e-4, rtol=1e-4)
+        for layer in range(store.num_layers):
+            torch.testing.assert_close(by_slot(store.k_buffer(layer))[own], eager_kv[layer],
+                                       atol=1e-4, rtol=1e-4)
