@@ -127,12 +127,13 @@ def warm_up_sizes(llm: Any, batch_size: int) -> list[int]:
 
 def warm_up_depths(worker: Any) -> list[int]:
     """The draft depths to warm up at every size before timing: in the adaptive mode each
-    depth S > 0 the controller may probe (every new (bucket, S) captures its verify and
-    draft graphs, which inside the timed run cost more than the probe measures); none
-    otherwise."""
+    depth the controller may probe (every new (bucket, S) captures its graphs: verify and
+    draft at S > 0, the decode graph at S = 0, which a bucket seeded at S > 0 probes
+    within its first iterations), which inside the timed run cost more than the probe
+    measures; none otherwise."""
     if getattr(worker, "controller", None) is None:
         return []
-    return [s for s in worker.spec.adaptive_steps if s > 0]
+    return list(worker.spec.adaptive_steps)
 
 
 def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
