@@ -236,3 +236,83 @@ def test_padded_draft_extends_after_a_prefix_equal_eager(cuda_backend):
         for layer in range(store.num_layers):
             torch.testing.assert_close(by_slot(store.k_buffer(layer))[own], eager_kv[layer],
                                        atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("steps", [0, 4])
+def test_ragged_prefills_of_several_prompts_are_lossless(cuda_backend, pair, steps):
+    """Several prompts prefill at once from one CUDA graph per token bucket (the target's,
+    and the draft's extend over the prompts): 30 + 14 + 5 tokens, then, while they run,
+    1 + 30 in the same bucket (fewer requests, a stale one left in the static batch), and
+    decode eager plain decoding's tokens."""
+    target, head = pair
+    first, second = [PROMPTS[2], PROMPTS[4], PROMPTS[0]], [PROMPTS[3], PROMPTS[2]]
+    plain = SpecConfig(num_steps=0)
+    expected = [generate(cuda_backend, target, None, plain, [p], graphs=False)[0][0]
+                for p in first + second]
+    spec = SpecConfig(num_steps=steps, topk=1) if steps else plain
+    llm = LLM.from_models(cuda_backend, target, head if steps else None, spec=spec, seed=0,
+                          max_batch_size=8)
+    assert llm.runner.enable_graphs()
+    assert llm.runner.target_attn.ragged_extend_graphs
+    engine = llm.engine
+    requests = [engine.add_request(p, PARAMS) for p in first]
+    engine.step()
+    requests += [engine.add_request(p, PARAMS) for p in second]
+    engine.step()
+    engine.run()
+    assert [engine.output(r, None).token_ids for r in requests] == expected
+    assert llm.runner.graphs.prefill_replays >= 2 * (2 if steps else 1)
+    assert llm.used_pages == 0
+
+
+def test_ragged_draft_extends_after_prefixes_equal_eager(cuda_backend):
+    """The draft's extends as a catch-up runs them (two requests with prefixes, then one;
+    lengths that vary) from one CUDA graph per token bucket, through a random head whose
+    output depends on attention, give the eager forward's hidden states and K/V at their
+    own slots, the last one past where a one-request padding would end its row."""
+    from eagle_hal.hal.attention import ForwardMode
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    device = cuda_backend.torch_device
+    target = tiny_target(seed=11, vocab=61, device=device)
+    head = tiny_eagle1(target, seed=12).to(device)
+    llm = LLM.from_models(cuda_backend, target, head, spec=SpecConfig(num_steps=3, topk=1),
+                          seed=0, max_context=64, max_batch_size=2)
+    assert llm.runner.enable_graphs((1, 2))
+    runner, graphs = llm.runner, llm.runner.graphs
+    params = SamplingParams(max_new_tokens=32)
+    first = llm.engine.add_request([(5 * i + 2) % 61 for i in range(20)], params)
+    second = llm.engine.add_request([(3 * i + 1) % 61 for i in range(9)], params)
+    llm.engine.step()  # the prompts' prefill
+    rows, store = [first.table_row, second.table_row], runner.draft_kv
+    width = runner.draft_attn.config.req_to_token.shape[1]
+
+    def by_slot(buffer):
+        return buffer if store.layout.order == "NHD" else buffer.transpose(0, 1)
+
+    generator = torch.Generator().manual_seed(7)
+    for prefixes, counts in (((20, 9), (7, 5)), ((27, 14), (3, 2)), ((width - 5,), (4,))):
+        chosen = rows[: len(prefixes)]
+        for row, prefix, count in zip(chosen, prefixes, counts):
+            runner.table.reserve(row, prefix + count)
+        runner.sync_table()
+        total = sum(counts)
+        ids = torch.randint(61, (total,), generator=generator).tolist()
+        features = torch.randn(total, target.config.hidden_size, generator=generator).to(device)
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, chosen, list(prefixes),
+                                    list(counts))
+        own = torch.tensor([s for row, prefix, count in zip(chosen, prefixes, counts)
+                            for s in runner.table.slots(row, prefix, prefix + count)],
+                           device=device)
+        runner.graphs = None
+        eager = runner.run_draft(batch, features, prefill=True)
+        eager_kv = [by_slot(store.k_buffer(layer))[own].clone()
+                    for layer in range(store.num_layers)]
+        runner.graphs = graphs
+        replays = graphs.prefill_replays
+        got = runner.run_draft(batch, features, prefill=True)
+        assert graphs.prefill_replays == replays + 1
+        torch.testing.assert_close(got, eager, atol=1e-4, rtol=1e-4)
+        for layer in range(store.num_layers):
+            torch.testing.assert_close(by_slot(store.k_buffer(layer))[own], eager_kv[layer],
+                                       atol=1e-4, rtol=1e-4)

@@ -264,6 +264,94 @@ def test_padded_draft_extends_after_a_prefix_equal_eager(page_size):
         assert torch.equal(graph_kv[others], before[others])
 
 
+def test_ragged_prefills_of_several_prompts_equal_eager(backends):
+    """Through the Triton attention (``ragged_extend_graphs``), prompts prefilled together
+    replay from one token bucket graph per model: 5 + 30 + 12 tokens (bucket 64), then,
+    while those run, 20 + 15 (bucket 64 again, over the static batch the three left: a
+    stale third request and longer token runs). Both models' extends replay (4 in all),
+    the tokens are the eager reference's, and the second prefill writes no K/V but its
+    own requests' and the padding slot's."""
+    target = tiny_target(seed=11, vocab=61)
+    head = matching_eagle1(target, noise=0.02)
+    first = [list(range(1, 6)), [(7 * i) % 61 for i in range(30)],
+             [(3 * i + 1) % 61 for i in range(12)]]
+    second = [[(5 * i + 2) % 61 for i in range(20)], [(11 * i + 4) % 61 for i in range(15)]]
+    expected = plain(backends[0], target, first + second)
+    llm = LLM.from_models(backends[1], target, head, spec=SpecConfig(num_steps=3, topk=1),
+                          seed=0, max_batch_size=8)
+    llm.runner.enable_graphs((1, 2, 4, 8))
+    runner, graphs, engine = llm.runner, llm.runner.graphs, llm.engine
+    requests = [engine.add_request(p, PARAMS) for p in first]
+    engine.step()  # one prefill of three prompts
+    assert graphs.prefill_replays == 2
+    before = _kv_snapshot(runner)
+    requests += [engine.add_request(p, PARAMS) for p in second]
+    engine.step()  # one prefill of two prompts, in the same bucket
+    assert graphs.prefill_replays == 4
+    after = _kv_snapshot(runner)
+    own = {s for r, p in zip(requests[3:], second)
+           for s in runner.table.slots(r.table_row, 0, len(p))}
+    others = [s for s in range(after.shape[0]) if s not in own and s != graphs.pad_slot]
+    assert torch.equal(after[others], before[others]), "a ragged prefill wrote another's KV"
+    engine.run()
+    assert [engine.output(r, None).token_ids for r in requests] == expected
+    padded = {(key[0], key[3]) for key in graphs._graphs if key[2] == "padded"}
+    assert padded == {("target", 64), ("draft", 64)}
+    assert llm.used_pages == 0
+
+
+def test_ragged_draft_extends_after_prefixes_equal_eager():
+    """The draft's extends as a catch-up runs them (several requests, prefixes, lengths
+    that vary) through the Triton attention's ragged replays and a random head whose
+    output depends on attention: 7 + 5 tokens after prefixes of 20 and 9, then 3 + 2 in
+    the same bucket (stale token runs), then 4 tokens of one request whose padded length
+    would pass the end of its row (the padding is a request of its own here: it replays)
+    give the eager forward's hidden states and K/V at their own slots, and leave every
+    other slot as it was."""
+    from eagle_hal.hal.attention import ForwardMode
+
+    target = tiny_target(seed=11, vocab=61)
+    head = tiny_eagle1(target, seed=12)
+    llm = LLM.from_models(_backend(TritonCpuBackend), target, head,
+                          spec=SpecConfig(num_steps=3, topk=1), seed=0, page_size=16,
+                          max_context=64, max_batch_size=2)
+    llm.runner.enable_graphs((1, 2))
+    runner, graphs = llm.runner, llm.runner.graphs
+    params = SamplingParams(max_new_tokens=32)
+    first = llm.engine.add_request([(5 * i + 2) % 61 for i in range(20)], params)
+    second = llm.engine.add_request([(3 * i + 1) % 61 for i in range(9)], params)
+    llm.engine.step()  # the prompts' prefill: rows and draft K/V up to 20 and 9
+    rows = [first.table_row, second.table_row]
+    width = runner.draft_attn.config.req_to_token.shape[1]
+    generator = torch.Generator().manual_seed(7)
+    for prefixes, counts in (((20, 9), (7, 5)), ((27, 14), (3, 2)), ((width - 5,), (4,))):
+        chosen = rows[: len(prefixes)]
+        for row, prefix, count in zip(chosen, prefixes, counts):
+            runner.table.reserve(row, prefix + count)
+        runner.sync_table()
+        total = sum(counts)
+        ids = torch.randint(61, (total,), generator=generator).tolist()
+        features = torch.randn(total, target.config.hidden_size, generator=generator)
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, chosen, list(prefixes),
+                                    list(counts))
+        before = _kv_snapshot(runner)
+        runner.graphs = None
+        eager = runner.run_draft(batch, features, prefill=True)
+        eager_kv = _kv_snapshot(runner)
+        runner.graphs = graphs
+        replays = graphs.prefill_replays
+        got = runner.run_draft(batch, features, prefill=True)
+        assert graphs.prefill_replays == replays + 1
+        torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
+        graph_kv = _kv_snapshot(runner)
+        own = [s for row, prefix, count in zip(chosen, prefixes, counts)
+               for s in runner.table.slots(row, prefix, prefix + count)]
+        torch.testing.assert_close(graph_kv[own], eager_kv[own], atol=1e-5, rtol=1e-5)
+        others = [s for s in range(before.shape[0]) if s not in set(own)
+                  and s // 16 != PADDING_PAGE]
+        assert torch.equal(graph_kv[others], before[others])
+
+
 def test_prefill_graphs_can_be_turned_off(backends, monkeypatch):
     """EAGLE_HAL_PREFILL_GRAPHS=0: one-request prefills run eagerly."""
     monkeypatch.setenv("EAGLE_HAL_PREFILL_GRAPHS", "0")

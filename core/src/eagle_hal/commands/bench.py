@@ -136,12 +136,14 @@ def warm_up_depths(worker: Any) -> list[int]:
     return list(worker.spec.adaptive_steps)
 
 
-def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
+def warm_up_prefills(llm: Any, prompt: list[int], reach: int = 0) -> None:
     """Prefill one prompt of each length for which an attention backend compiles a kernel
     variant (``AttentionBackend.warm_up_lengths``): otherwise the timed run's prompts and
     catch-ups of new lengths compile them, about a second each. With device graphs, also
-    one of each token bucket's length (``GraphRunner.prefill_buckets``), which captures
-    the bucket's prefill graphs (the target's and the draft's) before the timed run."""
+    one prefill of each token bucket (``GraphRunner.token_buckets``) up to ``reach``
+    tokens (at least one prompt's longest), which captures the bucket's prefill graphs
+    (the target's and the draft's) before the timed run: one prompt of the bucket's length
+    or, past the longest prompt the context allows, several prompts at once."""
     from eagle_hal.engine.request import SamplingParams
 
     runner = llm.runner
@@ -150,12 +152,31 @@ def warm_up_prefills(llm: Any, prompt: list[int]) -> None:
         if attn is not None:
             lengths.update(attn.warm_up_lengths())
     limit = llm.engine.scheduler.config.max_context - llm.worker.headroom(1) - 2
-    graphs = getattr(runner, "graphs", None)
-    if graphs is not None:  # (a bucket past the limit: its longest reachable prompt)
-        lengths.update(min(bucket, limit) for bucket in graphs.prefill_buckets)
     params = SamplingParams(max_new_tokens=1, ignore_eos=True)
     for length in sorted(n for n in lengths if 1 <= n <= limit):
         llm.generate([(prompt * length)[:length]], params)
+    graphs = getattr(runner, "graphs", None)
+    if graphs is None or limit < 1:
+        return
+    config = llm.engine.scheduler.config
+    buckets = set(graphs.token_buckets(runner.target_attn))
+    for attn in (getattr(runner, "draft_attn", None),):
+        if attn is not None:
+            buckets.update(graphs.token_buckets(attn))
+    if not runner.target_attn.ragged_extend_graphs:  # one prompt per prefill graph
+        reach = limit
+    reach = min(max(reach, limit), config.max_prefill_tokens)
+    for bucket in sorted(buckets):
+        total = min(bucket, reach)
+        count = -(-total // limit)  # prompts of at most ``limit`` tokens
+        if count > config.max_batch_size:
+            break
+        if total in lengths and count == 1:
+            continue
+        sizes = [total // count + (i < total % count) for i in range(count)]
+        llm.generate([(prompt * n)[:n] for n in sizes], params)
+        if bucket >= reach:
+            break
 
 
 def settle(llm: Any, batch: list[list[int]], params: Any, max_rounds: int = 8) -> None:
@@ -287,7 +308,8 @@ def _warm_up(llm: Any, prompts: list[list[int]], params: Any, batch_size: int) -
             finally:
                 worker.spec, worker.controller = spec, controller
         settle(llm, batch, warm_params)
-    warm_up_prefills(llm, prompts[0])
+    longest = sorted((len(p) for p in prompts), reverse=True)[:batch_size]
+    warm_up_prefills(llm, prompts[0], reach=sum(longest))
     # every timed prompt's prefill: a kernel specialised on a length or an offset
     # (Triton's divisibility by 16) compiles here, not inside a timed run (lease V: two
     # attention compiles cost a run a third). The first wave is batched as in the timed

@@ -79,6 +79,9 @@ CAPTURED_MODES = frozenset(
 MAX_TOKENS_PER_REQUEST = 64  # uniform forwards with more query tokens per request run eagerly
 # one-request extends of varying length (prefills, catch-ups) replay padded to these
 PREFILL_BUCKETS: tuple[int, ...] = (16, 32, 64, 96, 128, 192, 256, 384, 512)
+# ... and, on backends with ``ragged_extend_graphs``, extends of several requests to these
+# totals (the scheduler's default prefill budget is 4,096 tokens)
+RAGGED_BUCKETS: tuple[int, ...] = PREFILL_BUCKETS + (768, 1024, 1536, 2048, 3072, 4096)
 PREFILL_MODES = frozenset({ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND})
 
 
@@ -95,8 +98,9 @@ class _CapturedForward:
     outputs: tuple[torch.Tensor, ...]  # static outputs, [bucket * n, ...] each
     tokens_per_request: int
     filled: int = 0  # real requests of the last replay; the rows past them hold padding
-    padded: bool = False  # a token bucket's graph (one request, padded to its tokens)
+    padded: bool = False  # a token bucket's graph (padded to its tokens)
     filled_tokens: int = 0  # real tokens of the last replay
+    ragged: bool = False  # a token bucket's graph for any number of requests
 
 
 class GraphRunner:
@@ -145,7 +149,10 @@ class GraphRunner:
         # One-request prefills and catch-ups padded to a token bucket, unless
         # EAGLE_HAL_PREFILL_GRAPHS=0 (see the module docstring).
         setting = os.environ.get("EAGLE_HAL_PREFILL_GRAPHS", "1").strip().lower()
-        self.prefill_buckets = PREFILL_BUCKETS if setting not in ("0", "false", "off", "no") else ()
+        prefill_graphs = setting not in ("0", "false", "off", "no")
+        self.prefill_buckets = PREFILL_BUCKETS if prefill_graphs else ()
+        # ... of several requests too, on backends with ``ragged_extend_graphs``
+        self.ragged_buckets = RAGGED_BUCKETS if prefill_graphs else ()
         self.prefill_replays = 0  # prefills and catch-ups served by a token bucket graph
 
     @property
@@ -172,21 +179,38 @@ class GraphRunner:
             return None
         return self.bucket_for(len(lens))
 
+    def token_buckets(self, attn: AttentionBackend) -> tuple[int, ...]:
+        """The token buckets of ``attn``'s prefill graphs: ``RAGGED_BUCKETS`` for any
+        number of requests where it has ``ragged_extend_graphs``, else ``PREFILL_BUCKETS``
+        for one request (``()`` with prefill graphs off)."""
+        return self.ragged_buckets if attn.ragged_extend_graphs else self.prefill_buckets
+
+    def prefill_requests(self, attn: AttentionBackend) -> int:
+        """Requests in a prefill graph's static batch: one, or with ragged extends the
+        largest bucket's requests and the padding request."""
+        return self.buckets[-1] + 1 if attn.ragged_extend_graphs else 1
+
     def prefill_bucket(self, batch: ForwardBatch, attn: AttentionBackend) -> int | None:
-        """The token bucket a one-request extend (``EXTEND`` or ``DRAFT_EXTEND``) replays
-        in, padded, or ``None`` (several requests, a tree, more tokens than the largest
-        bucket, prefill graphs off, or a prefix so long that the padded run would pass
-        the end of the request's row in ``attn``'s token table: a backend may read keys
-        through the table up to the padded length, as the NPU's fused attention does)."""
+        """The token bucket an extend (``EXTEND`` or ``DRAFT_EXTEND``) whose length varies
+        replays in, padded, or ``None``: a tree, more tokens than the largest bucket,
+        prefill graphs off; without ``ragged_extend_graphs``, several requests, or a
+        prefix so long that the padded run would pass the end of the request's row in
+        ``attn``'s token table (a backend may read keys through the table up to the
+        padded length, as the NPU's fused attention does); with them, more requests than
+        the largest bucket (the padding tokens are a request of their own there)."""
         lens = batch.extend_lens_cpu
-        if (batch.mode not in PREFILL_MODES or len(lens) != 1 or batch.tree_mask is not None
+        if (batch.mode not in PREFILL_MODES or not lens or batch.tree_mask is not None
                 or batch.draft_kv_slots is not None):
             return None
-        index = bisect.bisect_left(self.prefill_buckets, lens[0])
-        if index == len(self.prefill_buckets):
+        ragged = attn.ragged_extend_graphs
+        if len(lens) > (self.buckets[-1] if ragged else 1):
             return None
-        bucket = self.prefill_buckets[index]
-        if batch.prefix_lens_cpu[0] + bucket > attn.config.req_to_token.shape[1]:
+        buckets = self.token_buckets(attn)
+        index = bisect.bisect_left(buckets, sum(lens))
+        if index == len(buckets):
+            return None
+        bucket = buckets[index]
+        if not ragged and batch.prefix_lens_cpu[0] + bucket > attn.config.req_to_token.shape[1]:
             return None
         return bucket
 
@@ -205,7 +229,7 @@ class GraphRunner:
                       else None)
             if padded is None:
                 return None
-            bucket = 1
+            bucket = self.prefill_requests(attn)
         key = ("target", *self._shape_key(batch, bucket, padded), aux_layers)
         entry = self._graphs.get(key)
         if entry is None:
@@ -233,7 +257,7 @@ class GraphRunner:
             return None
         if prefill:
             padded = self.prefill_bucket(batch, attn)
-            bucket = None if padded is None else 1
+            bucket = None if padded is None else self.prefill_requests(attn)
         else:
             padded, bucket = None, self._capturable(batch)
         if bucket is None:
@@ -403,8 +427,8 @@ class GraphRunner:
 
     def _init_graph_state(self, attn: AttentionBackend) -> None:
         if id(attn) not in self._graph_state_ready:
-            largest = self.buckets[-1]
-            tokens = max(largest * MAX_TOKENS_PER_REQUEST, max(self.prefill_buckets, default=0))
+            largest = self.buckets[-1] + 1  # (a ragged prefill's padding request)
+            tokens = max(largest * MAX_TOKENS_PER_REQUEST, max(self.token_buckets(attn), default=0))
             attn.init_graph_state(largest, tokens)
             self._graph_state_ready.add(id(attn))
 
@@ -419,13 +443,19 @@ class GraphRunner:
         return (batch.mode, bucket, batch.extend_lens_cpu[0], batch.num_branches, depth)
 
     def _static_batch(
-        self, batch: ForwardBatch, bucket: int, tokens_per_request: int | None = None
+        self,
+        batch: ForwardBatch,
+        bucket: int,
+        tokens_per_request: int | None = None,
+        ragged: bool = False,
     ) -> ForwardBatch:
         """Zeroed buffers of ``batch``'s shape padded to ``bucket`` requests (of
-        ``tokens_per_request`` tokens each where given, else ``batch``'s)."""
+        ``tokens_per_request`` tokens each where given, else ``batch``'s; ``ragged``:
+        ``tokens_per_request`` tokens in all, held by the first request)."""
         device = batch.input_ids.device
         n = tokens_per_request or batch.extend_lens_cpu[0]
-        tokens = bucket * n
+        tokens = n if ragged else bucket * n
+        lens = (n,) + (0,) * (bucket - 1) if ragged else (n,) * bucket
         long = dict(dtype=torch.int64, device=device)
         tree_mask = None
         if batch.tree_mask is not None:
@@ -449,12 +479,12 @@ class GraphRunner:
             positions=torch.zeros(tokens, **long),
             req_pool_indices=torch.zeros(bucket, **long),
             prefix_lens=torch.zeros(bucket, **long),
-            extend_lens=torch.full((bucket,), n, **long),
+            extend_lens=torch.tensor(lens, **long),
             out_cache_loc=torch.full(
                 (tokens,), self.pad_slot, dtype=batch.out_cache_loc.dtype, device=device
             ),
             prefix_lens_cpu=(0,) * bucket,
-            extend_lens_cpu=(n,) * bucket,
+            extend_lens_cpu=lens,
             tree_mask=tree_mask,
             draft_kv_slots=draft_kv_slots,
             num_branches=batch.num_branches,
@@ -469,10 +499,11 @@ class GraphRunner:
         body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
         padded: int | None = None,
     ) -> _CapturedForward:
-        """Capture ``body`` over a static batch of ``bucket`` requests (``padded``: one
-        request of that many tokens)."""
+        """Capture ``body`` over a static batch of ``bucket`` requests (``padded``: that
+        many tokens, in one request unless ``attn`` has ``ragged_extend_graphs``)."""
         self._init_graph_state(attn)
-        static = self._static_batch(batch, bucket, padded)
+        ragged = padded is not None and attn.ragged_extend_graphs
+        static = self._static_batch(batch, bucket, padded, ragged)
         hidden_in = None
         if hidden is not None:
             hidden_in = hidden.new_zeros(static.num_tokens, *hidden.shape[1:])
@@ -482,7 +513,8 @@ class GraphRunner:
         graph = self.capture.new_graph()
         outputs = self.capture.record(graph, lambda: body(static, hidden_in))
         return _CapturedForward(graph, static, hidden_in, outputs,
-                                padded or batch.extend_lens_cpu[0], padded=padded is not None)
+                                padded or batch.extend_lens_cpu[0], padded=padded is not None,
+                                ragged=ragged)
 
     def _replay(
         self,
@@ -507,6 +539,11 @@ class GraphRunner:
             static.prefix_lens[size:].zero_()
         if stale or stale_tokens:
             static.out_cache_loc[tokens:].fill_(self.pad_slot)
+        extend_lens = static.extend_lens_cpu
+        if entry.ragged:  # the real requests, then one holding the padding tokens
+            padding = static.num_tokens - tokens
+            extend_lens = (*batch.extend_lens_cpu, padding) + (0,) * (static.batch_size - size - 1)
+            static.extend_lens.copy_(torch.tensor(extend_lens), non_blocking=True)
         if static.tree_mask is not None and batch.tree_mask is not None:
             rows = static.tree_mask[:size]
             rows.copy_(batch.tree_mask.reshape(rows.shape))
@@ -519,6 +556,7 @@ class GraphRunner:
         view = dataclasses.replace(
             static,
             prefix_lens_cpu=tuple(batch.prefix_lens_cpu) + (0,) * (static.batch_size - size),
+            extend_lens_cpu=extend_lens,
         )
         assert static.attn_metadata is not None
         attn.plan_for_replay(view, static.attn_metadata)

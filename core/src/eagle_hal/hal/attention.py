@@ -191,6 +191,12 @@ class AttentionBackend(abc.ABC):
     # of them. Then a decode iteration can be launched before the host knows how far the
     # previous one advanced (``spec.speculative_overlap``). Off by default.
     lengths_read_in_forward: bool = False
+    # Whether a causal extend (EXTEND, DRAFT_EXTEND) captured once may replay with other
+    # per-request lengths: the graph runner then captures one prefill graph per token
+    # bucket for any number of requests (``plan_for_replay`` says how). Off by default:
+    # only one-request extends are padded to a token bucket, and several prompts at once
+    # run eagerly.
+    ragged_extend_graphs: bool = False
 
     def __init__(self, config: AttentionConfig) -> None:
         self.config = config
@@ -258,7 +264,16 @@ class AttentionBackend(abc.ABC):
         and whose outputs are discarded. Causal attention must keep the real tokens from
         seeing the padding; the request's table row is reserved only up to its real
         length (the runner never pads past the row's width), so entries past it are not
-        the padding tokens' slots."""
+        the padding tokens' slots.
+
+        With ``ragged_extend_graphs``, a causal extend is captured as ``B`` requests (one
+        more than the most the runner replays) whose lengths sum to the token bucket ``T``:
+        all ``T`` tokens in the first request, none in the others. A replay brings the
+        real requests first, then one padding request that holds the ``T - t`` padding
+        tokens after the ``t`` real ones (table row 0, prefix 0, every slot the padding
+        slot), then requests of no tokens; ``extend_lens`` (device and host) says so.
+        The backend must rebuild whatever it derived from the lengths; the real requests'
+        attention must not see the padding request's tokens."""
         raise NotImplementedError(f"{type(self).__name__} does not support graph replay")
 
     def replay_host_updates(

@@ -36,6 +36,9 @@ decodes greedily with graphs on (batches shrink through the buckets as requests 
 and must equal plain decoding without graphs. ``test_prefills_padded_to_a_token_bucket_equal_plain``
 prefills prompts one at a time (each joining while the earlier ones run) from graphs padded
 to a token bucket and must decode as plain decoding without graphs.
+``test_ragged_prefills_equal_plain`` (attention backends with ``ragged_extend_graphs``)
+prefills several prompts at once, twice in one token bucket's graph (the second time fewer
+requests and tokens, while the first ones still run), and must decode as plain decoding.
 """
 
 from __future__ import annotations
@@ -351,5 +354,52 @@ def test_prefills_padded_to_a_token_bucket_equal_plain(backend: Backend) -> None
     graphs = llm.runner.graphs
     assert graphs is not None and graphs.prefill_replays >= 2 * len(prompts), (
         f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs"
+    )
+    assert llm.used_pages == 0 and llm.leaked_pages == 0
+
+
+def test_ragged_prefills_equal_plain(backend: Backend) -> None:
+    """Several prompts prefilled at once replay from one token bucket graph per model
+    (``ragged_extend_graphs``): 30 + 20 + 5 tokens, then, while those run, 14 + 9 in the
+    same bucket (a stale request and token run left in the static batch), and decode
+    greedily as plain decoding without graphs."""
+    from eagle_hal.api import LLM
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    device, page_size = backend.torch_device, preferred_page_size(backend)
+    target = tiny_target(seed=23, device=device)
+    head = tiny_eagle1(target, seed=24).to(device)
+    vocab = target.config.vocab_size
+    first = [[(7 * i + 3) % vocab for i in range(30)], [(5 * i + 1) % vocab for i in range(20)],
+             [(3 * i + 2) % vocab for i in range(5)]]
+    second = [[(11 * i + 4) % vocab for i in range(14)], [(13 * i + 6) % vocab for i in range(9)]]
+    params = SamplingParams(max_new_tokens=8)
+    plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
+                            page_size=page_size)
+    expected = [o.token_ids for o in plain.generate(first + second, params)]
+    llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=3, topk=1),
+                          page_size=page_size, max_batch_size=8)
+    assert llm.runner.enable_graphs(BUCKETS), "graph capture offered but the engine cannot replay"
+    if not llm.runner.target_attn.ragged_extend_graphs:
+        pytest.skip(f"{type(llm.runner.target_attn).__name__} does not declare "
+                    "ragged_extend_graphs: several prompts at once prefill eagerly")
+    engine = llm.engine
+    requests = [engine.add_request(prompt, params) for prompt in first]
+    engine.step()
+    requests += [engine.add_request(prompt, params) for prompt in second]
+    engine.step()
+    engine.run()
+    prompts = first + second
+    for i, (request, reference) in enumerate(zip(requests, expected, strict=True)):
+        got = engine.output(request, None)
+        assert got.error is None, f"request {i} failed: {got.error}"
+        assert got.token_ids == reference, (
+            f"prompt {i} ({len(prompts[i])} tokens) prefilled with others from a token bucket "
+            f"graph decodes {list(got.token_ids)}, plain decoding {list(reference)}"
+        )
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.prefill_replays >= 4, (
+        f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs, "
+        "expected the target's and the draft's of both prefills"
     )
     assert llm.used_pages == 0 and llm.leaked_pages == 0

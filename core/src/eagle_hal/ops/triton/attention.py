@@ -7,7 +7,9 @@ splits; the kernel (``attention_split_kernels.split_paged_attention``) reads the
 lengths and table rows from the batch's device tensors. So the metadata depends only on the
 batch's *shape*: it is cached per shape for uniform batches (decode, verify, draft decode,
 equal-length extends), and a captured graph replays with new lengths, rows and slots
-without any metadata refresh.
+without any metadata refresh. The one exception: a causal extend captured once per token
+bucket (the graph runner's prefill graphs) replays for any requests whose new tokens fill
+the bucket, and its per-token runs are rebuilt on the host and copied in before the replay.
 
 Every mode runs on the split kernel, which also writes the forward's K/V into the cache
 (its split-0 programs store them at ``out_cache_loc``; the own run is read from the ``k``/
@@ -89,15 +91,17 @@ class TritonAttentionBackend(AttentionBackend):
 
     ``forward`` queues one kernel launch per layer (plus a merge when the keys are split),
     which writes the KV too, and never reads a device value on the host. Graph hooks:
-    metadata is a function of the batch shape, so ``plan_for_capture`` is ``plan`` and
-    ``plan_for_replay`` only checks the shape. Several forwards may share a graph: replay
-    writes no metadata, so forwards of one shape may even share theirs (the split scratch
-    is shared too: forwards run in stream order).
+    metadata is a function of the batch shape, so ``plan_for_replay`` only checks the shape,
+    except for ragged causal extends (``ragged_extend_graphs``), whose per-token runs it
+    rewrites. Several forwards may share a graph: forwards of one uniform shape share
+    their metadata, which no replay writes (a captured causal extend gets its own); the
+    split scratch is shared too: forwards run in stream order.
     """
 
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
     multi_forward_graphs = True
     draft_slots_read_in_forward = True  # the kernel reads them; the hooks check shapes only
+    ragged_extend_graphs = True  # a causal extend's per-token runs are rebuilt on replay
     lengths_read_in_forward = True  # plans read extend lengths and shapes, never prefixes
 
     def __init__(self, config: AttentionConfig) -> None:
@@ -137,30 +141,29 @@ class TritonAttentionBackend(AttentionBackend):
                 f"{mode.value}: {batch.num_tokens} tokens but extend_lens {lens} sum to "
                 f"{sum(lens)}"
             )
-        token_request: list[int] = []
-        own_base: list[int] = []
-        own_len: list[int] = []
+        token_request: list[int] | torch.Tensor
+        own_base: list[int] | torch.Tensor
+        own_len: list[int] | torch.Tensor
         tree_width = 0
         if mode is ForwardMode.DRAFT_DECODE:
             depth = self._check_draft_decode(batch)
-            for t in range(batch.num_tokens):
-                token_request.append(t // batch.num_branches)
-                own_base.append(t * depth)
-                own_len.append(depth)
+            token_request = [t // batch.num_branches for t in range(batch.num_tokens)]
+            own_base = [t * depth for t in range(batch.num_tokens)]
+            own_len = [depth] * batch.num_tokens
         else:
             if mode is ForwardMode.TARGET_VERIFY:
                 tree_width = self._check_verify(batch)
-            start = 0
-            for request, n in enumerate(lens):
-                for i in range(n):
-                    token_request.append(request)
-                    own_base.append(start)
-                    # causal: the request's new tokens up to this one; verify: all N nodes
-                    own_len.append(n if tree_width else i + 1)
-                start += n
+            counts = torch.tensor(lens, dtype=torch.int64)  # [B]
+            request = torch.repeat_interleave(torch.arange(len(lens)), counts)  # [T]
+            base = (torch.cumsum(counts, 0) - counts)[request]  # [T] the request's first token
+            token_request, own_base = request, base
+            # causal: the request's new tokens up to this one; verify: all N nodes
+            own_len = (counts[request] if tree_width
+                       else torch.arange(batch.num_tokens) - base + 1)
 
-        def device_int32(values: list[int]) -> torch.Tensor:
-            return torch.tensor(values, dtype=torch.int32).to(self._device, non_blocking=True)
+        def device_int32(values: list[int] | torch.Tensor) -> torch.Tensor:
+            host = torch.as_tensor(values).to(torch.int32)
+            return host.to(self._device, non_blocking=True)
 
         num_splits = choose_num_splits(
             batch.num_tokens, self.config.num_kv_heads, self.config.req_to_token.shape[1]
@@ -218,19 +221,44 @@ class TritonAttentionBackend(AttentionBackend):
     # -- graph hooks -----------------------------------------------------------------------
 
     def plan_for_capture(self, batch: ForwardBatch) -> TritonAttentionMetadata:
-        """The shape's (cached) metadata; its tensors outlive the capture."""
+        """The shape's metadata; its tensors outlive the capture. Cached (shared with eager
+        forwards of the shape) except for causal extends, whose per-token runs a ragged
+        replay rewrites in place (``plan_for_replay``)."""
+        if batch.mode.is_causal_extend:
+            return self._build(batch, self._shape_key(batch))
         return self.plan(batch)
 
     def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
-        """Nothing to refresh (lengths and rows are read from the batch's device tensors);
-        raises ``ValueError`` if ``batch`` has a different shape than the capture."""
+        """Nothing to refresh for a batch of the captured shape (lengths and rows are read
+        from the batch's device tensors). A causal extend captured as ``B`` requests of
+        ``T`` tokens in all may replay with other lengths over ``B`` requests summing to
+        ``T`` (``ragged_extend_graphs``): its per-token runs are rebuilt and copied in
+        place. Raises ``ValueError`` for any other change of shape."""
         if not isinstance(metadata, TritonAttentionMetadata):
             raise TypeError(f"metadata from another backend: {type(metadata).__name__}")
-        if self._shape_key(batch) != metadata.shape_key:
+        key = self._shape_key(batch)
+        if key == metadata.shape_key:
+            return
+        captured_lens = metadata.shape_key[1]
+        assert isinstance(captured_lens, tuple)
+        lens = batch.extend_lens_cpu
+        if (
+            not batch.mode.is_causal_extend
+            or key[0] != metadata.shape_key[0]
+            or len(lens) != len(captured_lens)
+            or sum(lens) != sum(captured_lens)
+            or key[2:] != metadata.shape_key[2:]
+            or any(metadata is cached for cached in self._cache.values())
+        ):
             raise ValueError(
-                f"replay batch shape {self._shape_key(batch)} differs from the captured "
-                f"shape {metadata.shape_key}"
+                f"replay batch shape {key} differs from the captured shape "
+                f"{metadata.shape_key}"
             )
+        fresh = self._build(batch, key)
+        metadata.token_request.copy_(fresh.token_request)
+        metadata.own_base.copy_(fresh.own_base)
+        metadata.own_len.copy_(fresh.own_len)
+        metadata.shape_key = key  # the tensors now hold this layout
 
     # -- per layer -------------------------------------------------------------------------
 
