@@ -6,7 +6,9 @@ script splits a bench-like timed run (same warm-up: ``commands.bench._Measuremen
 timing every ``Engine.step`` and every ``Worker.prefill`` / ``Worker.decode`` /
 ``Worker.drain`` call (device synchronised after the run only, so the overlap stays as in
 the bench), then runs the same generation under ``cProfile`` and prints the functions with
-the most own time and the engine/worker entry points by cumulative time.
+the most own time and the engine/worker entry points by cumulative time. Decode calls
+are also split by the batch's size (up to each power of two): calls, wall time, tokens
+emitted, so a mode that loses on a draining batch's tail shows where.
 
     python benchmarks/profile_host.py --device cuda:0 --model M.gguf --draft HEAD \\
         --dataset mt_bench_question.jsonl --modes plain,adaptive --batch-sizes 1,16
@@ -76,6 +78,34 @@ class Clock:
         self.calls.clear()
 
 
+class DecodeBySize:
+    """``Worker.decode`` calls by batch size (rounded up to a power of two): calls, wall
+    seconds and tokens emitted."""
+
+    def __init__(self, worker: Any) -> None:
+        self.rows: dict[int, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0])
+        real = worker.decode
+
+        def timed(requests: Any) -> Any:
+            start = time.perf_counter()
+            emitted = real(requests)
+            row = self.rows[1 << max(len(requests) - 1, 0).bit_length()]
+            row[0] += 1
+            row[1] += time.perf_counter() - start
+            row[2] += sum(len(e) for e in emitted)
+            return emitted
+
+        worker.decode = timed
+
+    def table(self, total: float) -> str:
+        lines = ["  decode by batch size: size <= N, calls, ms (% of run), tokens, tokens/s"]
+        for size, (calls, seconds, tokens) in sorted(self.rows.items()):
+            rate = tokens / seconds if seconds > 0 else 0.0
+            lines.append(f"    <= {size:3d} {int(calls):6d} {seconds * 1e3:9.1f} "
+                         f"({100 * seconds / total:5.1f} %) {int(tokens):7d} {rate:9.1f}")
+        return "\n".join(lines)
+
+
 def profile_one(llm: Any, measurement: Any, top: int) -> str:
     """The generation under cProfile: top functions by own time, then the entry points."""
     profiler = cProfile.Profile()
@@ -133,6 +163,7 @@ def main() -> int:
             measurement.run_once()  # one more, untimed: steady state
             clock = Clock()
             worker, engine = llm.worker, llm.engine
+            by_size = DecodeBySize(worker)
             for name in ("prefill", "decode", "drain"):
                 if hasattr(worker, name):
                     clock.wrap(worker, name, f"worker.{name}")
@@ -150,6 +181,7 @@ def main() -> int:
                       f"({100 * seconds / total:5.1f} %), {seconds / calls * 1e3:7.3f} ms each")
             print(f"  outside steps    {(total - steps) * 1e3:9.1f} ms "
                   f"({100 * (total - steps) / total:5.1f} %): submit, outputs, sync")
+            print(by_size.table(total))
             if not args.no_cprofile:
                 print(profile_one(llm, measurement, args.top), flush=True)
             del measurement, llm

@@ -5,10 +5,11 @@ of its wall time. This times prefills alone (``generate`` of one prompt with one
 token, device synchronised around each), with and without the draft head, then profiles a
 few of them and prints the operators by device time and by host time, and the device's
 busy time (the union of its kernel intervals) against the wall time; each with the
-one-request prefill graphs (``GraphRunner.prefill_buckets``) off and on, in one process.
+prefill graphs (``GraphRunner.token_buckets``) off and on, in one process. ``--group N``
+prefills N prompts at a time (one ragged prefill).
 
     python benchmarks/profile_prefill.py --device cuda:0 --model M.gguf --draft HEAD \\
-        --dataset mt_bench_question.jsonl
+        --dataset mt_bench_question.jsonl [--group 8]
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main() -> int:
     parser = model_parser(__doc__.splitlines()[0], num_prompts=20)
     parser.add_argument("--profiled", type=int, default=5)
     parser.add_argument("--rows", type=int, default=25)
+    parser.add_argument("--group", type=int, default=1, help="prompts per prefill")
     args = parser.parse_args()
 
     from eagle_hal.api import LLM  # noqa: PLC0415
@@ -53,25 +55,27 @@ def main() -> int:
 
     backend, target, draft, prompts = build_models(args)
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
+    group = max(1, args.group)
     print(f"device {backend.torch_device}, {len(prompts)} prompts, mean "
-          f"{sum(map(len, prompts)) / len(prompts):.0f} tokens", flush=True)
+          f"{sum(map(len, prompts)) / len(prompts):.0f} tokens, {group} per prefill", flush=True)
+    groups = [prompts[i : i + group] for i in range(0, len(prompts) - group + 1, group)]
     cases = [(f"{name}, prefill graphs {state}", head, state == "on")
              for name, head in (("target only", None), ("target + draft head", draft))
              for state in ("off", "on")]
     for name, head, padded in cases:
         llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=5, topk=1),
-                              max_batch_size=1, max_context=2048, seed=0)
+                              max_batch_size=group, max_context=2048, seed=0)
         llm.runner.enable_graphs()
         graphs = llm.runner.graphs
         if graphs is not None and not padded:
-            graphs.prefill_buckets = ()  # as EAGLE_HAL_PREFILL_GRAPHS=0
+            graphs.prefill_buckets = graphs.ragged_buckets = ()  # EAGLE_HAL_PREFILL_GRAPHS=0
         for _ in range(2):  # warm-up: every prompt length's kernels
             llm.generate(prompts, one)
         wall = []
-        for prompt in prompts:
+        for batch in groups:
             backend.synchronize()
             start = time.perf_counter()
-            llm.generate([prompt], one)
+            llm.generate(batch, one)
             backend.synchronize()
             wall.append(time.perf_counter() - start)
         activities = [ProfilerActivity.CPU]
@@ -79,8 +83,8 @@ def main() -> int:
             activities.append(ProfilerActivity.CUDA)
         backend.synchronize()
         with profile(activities=activities) as prof:
-            for prompt in prompts[: args.profiled]:
-                llm.generate([prompt], one)
+            for batch in groups[: args.profiled]:
+                llm.generate(batch, one)
             backend.synchronize()
         per = args.profiled
         print(f"\n== {name}: wall {statistics.median(wall) * 1e3:.2f} ms per prefill "

@@ -543,7 +543,7 @@ class GraphRunner:
         if entry.ragged:  # the real requests, then one holding the padding tokens
             padding = static.num_tokens - tokens
             extend_lens = (*batch.extend_lens_cpu, padding) + (0,) * (static.batch_size - size - 1)
-            static.extend_lens.copy_(torch.tensor(extend_lens), non_blocking=True)
+            static.extend_lens.copy_(self.runner.upload(extend_lens)[0])  # (pinned)
         if static.tree_mask is not None and batch.tree_mask is not None:
             rows = static.tree_mask[:size]
             rows.copy_(batch.tree_mask.reshape(rows.shape))

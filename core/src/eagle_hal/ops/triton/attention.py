@@ -57,6 +57,7 @@ class TritonAttentionMetadata(AttentionMetadata):
     shape_key: tuple[object, ...]  # what the metadata was planned for
     num_splits: int  # key splits per (token, KV head), from the shape only
     partials: SplitPartials | None  # views of the backend's split scratch (num_splits > 1)
+    runs: torch.Tensor | None = None  # [3, T rounded up to 4]: the three above are its rows
 
 
 class _SplitScratch:
@@ -161,16 +162,22 @@ class TritonAttentionBackend(AttentionBackend):
             own_len = (counts[request] if tree_width
                        else torch.arange(batch.num_tokens) - base + 1)
 
-        def device_int32(values: list[int] | torch.Tensor) -> torch.Tensor:
-            host = torch.as_tensor(values).to(torch.int32)
-            return host.to(self._device, non_blocking=True)
-
+        # one copy from pinned memory, which does not wait for the device (from pageable
+        # memory a copy waits for the stream); rows of a multiple of 4 keep every row
+        # 16-byte aligned (Triton specialises kernels on it)
+        tokens = batch.num_tokens
+        host = torch.zeros(3, -(-tokens // 4) * 4, dtype=torch.int32)
+        for row, values in enumerate((token_request, own_base, own_len)):
+            host[row, :tokens] = torch.as_tensor(values, dtype=torch.int32)
+        if self._device.type != "cpu":
+            host = host.pin_memory()
+        runs = host.to(self._device, non_blocking=True)
         num_splits = choose_num_splits(
-            batch.num_tokens, self.config.num_kv_heads, self.config.req_to_token.shape[1]
+            tokens, self.config.num_kv_heads, self.config.req_to_token.shape[1]
         )
         return TritonAttentionMetadata(
-            device_int32(token_request), device_int32(own_base), device_int32(own_len),
-            tree_width, key, num_splits, self._scratch.partials(batch.num_tokens, num_splits),
+            runs[0, :tokens], runs[1, :tokens], runs[2, :tokens], tree_width, key, num_splits,
+            self._scratch.partials(tokens, num_splits), runs,
         )
 
     @staticmethod
@@ -255,9 +262,8 @@ class TritonAttentionBackend(AttentionBackend):
                 f"{metadata.shape_key}"
             )
         fresh = self._build(batch, key)
-        metadata.token_request.copy_(fresh.token_request)
-        metadata.own_base.copy_(fresh.own_base)
-        metadata.own_len.copy_(fresh.own_len)
+        assert metadata.runs is not None and fresh.runs is not None
+        metadata.runs.copy_(fresh.runs)  # the three per-token runs in one copy
         metadata.shape_key = key  # the tensors now hold this layout
 
     # -- per layer -------------------------------------------------------------------------
