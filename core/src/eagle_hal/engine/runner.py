@@ -134,9 +134,10 @@ class ModelRunner:
             spans.append(len(segment))
             if len(segment) % 2:
                 values.append(0)
-        host = torch.tensor(values, dtype=torch.int64)
-        if self.device.type != "cpu":
-            host = host.pin_memory()
+        # allocated pinned (``Tensor.pin_memory()`` first asks the driver whether the
+        # tensor is pinned: ~0.3 ms a call on an H200 host under the profiler, lease AK)
+        host = torch.empty(len(values), dtype=torch.int64, pin_memory=self.device.type != "cpu")
+        host.copy_(torch.tensor(values, dtype=torch.int64))
         flat = host.to(self.device, non_blocking=True)
         padded = flat.split([n + n % 2 for n in spans])
         return [view[:n] for view, n in zip(padded, spans)]

@@ -173,6 +173,35 @@ def test_draft_decode_branches(depth):
     pair.compare(args, tokens)
 
 
+def test_an_extend_captured_once_replays_with_ragged_lengths():
+    """An EXTEND captured as 3 requests of 12 tokens in all (all in the first) replays
+    with lengths 5, 4, 3: the captured tensors then hold what a fresh plan of that batch
+    holds (``ragged_extend_graphs``). Another total, or a decode's shape change, is
+    refused."""
+    pair = Pair()
+    captured = ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0],
+                                          [12, 0, 0]))
+    metadata = pair.triton.plan_for_capture(captured)
+    assert pair.triton.plan(captured) is not metadata  # its own tensors, never shared
+    ragged = ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0],
+                                        [5, 4, 3]))
+    pair.triton.plan_for_replay(ragged, metadata)
+    fresh = pair.triton.plan(ragged)
+    for field in ("token_request", "own_base", "own_len"):
+        assert torch.equal(getattr(metadata, field), getattr(fresh, field)), field
+    assert metadata.own_len.tolist() == [1, 2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3]
+    shorter = ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0],
+                                         [5, 4, 2]))
+    with pytest.raises(ValueError, match="differs from the captured"):
+        pair.triton.plan_for_replay(shorter, metadata)
+    decode = pair.triton.plan_for_capture(
+        ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [0, 1], [3, 4], [1, 1])))
+    with pytest.raises(ValueError, match="differs from the captured"):
+        pair.triton.plan_for_replay(
+            ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [0, 1, 2], [3, 4, 5], [1, 1, 1])),
+            decode)
+
+
 def test_metadata_is_planned_once_per_uniform_shape():
     """Equal shapes share metadata (so replays need no refresh); a shape change is refused."""
     pair = Pair()
