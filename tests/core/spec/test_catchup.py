@@ -211,3 +211,63 @@ def test_catch_ups_are_counted_with_the_tokens_idle_iterations_emitted(cpu_backe
     assert expected_catch_ups >= 5
     assert (llm.worker.catch_ups.catch_ups, llm.worker.catch_ups.tokens) == (
         expected_catch_ups, expected_tokens)
+
+
+class _SettledAtZero(ScriptedController):
+    """A scripted controller whose every bucket reports S = 0 as its settled depth."""
+
+    def settled_depth(self, batch_size: int) -> int:
+        return 0
+
+
+def test_prompts_prefilled_at_settled_s0_defer_the_draft_to_an_exact_catch_up(
+    cpu_backend, models
+):
+    """While the batch's bucket is settled at S = 0, a prefill leaves the draft's extend
+    over the prompts to the catch-up log: the draft does not run, and each request lags by
+    its prompt's length. After three iterations at S = 0, one catch-up gives each request
+    the draft state of a fresh prefill of its whole context (the followed-along draft;
+    float32, atol 1e-5), and decoding on through S = 5 and 3 gives plain decoding's tokens.
+    The controller's own ``settled_depth`` opens no bucket."""
+    target, head = models
+    params = SamplingParams(max_new_tokens=24)
+    llm = _scripted(cpu_backend, models, 1, None)
+    llm.worker.controller = _SettledAtZero((0, 0, 0, 5, 0, 3))
+    draft_runs = []
+    run_draft = llm.runner.run_draft
+
+    def counting(*args, **kwargs):
+        draft_runs.append(1)
+        return run_draft(*args, **kwargs)
+
+    llm.runner.run_draft = counting
+    prompts = PROMPTS[:4]
+    requests = [llm.engine.add_request(p, params) for p in prompts]
+    llm.engine.step()  # the prefill
+    assert not draft_runs and llm.worker.deferred_prefills == 4
+    assert [llm.worker._pending.lag(r.request_id) for r in requests] == [len(p) for p in prompts]
+    for _ in range(3):  # three iterations at S = 0
+        llm.engine.step()
+    assert not draft_runs
+    assert llm.worker.catch_up(requests) and len(draft_runs) == 1
+    caught_up = llm.worker.draft_states(requests)
+
+    oracle = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(5, 1, None))
+    resumed = []
+    for request in requests:
+        copy = oracle.engine.add_request(request.prompt_ids, params)
+        copy.output_ids.extend(request.output_ids)  # resumed: prefill over all but the root
+        resumed.append(copy)
+    oracle.engine.step()
+    assert all(c.cached_len == r.cached_len for c, r in zip(resumed, requests))
+    followed = oracle.worker.draft_states(resumed)
+    assert torch.equal(caught_up.topk_ids, followed.topk_ids)
+    torch.testing.assert_close(caught_up.topk_probs, followed.topk_probs, atol=1e-5, rtol=0)
+    torch.testing.assert_close(caught_up.hidden, followed.hidden, atol=1e-5, rtol=0)
+    llm.engine.run()
+    assert [list(r.output_ids) for r in requests] == _plain(cpu_backend, target, prompts, params)
+
+    from eagle_hal.spec.adaptive import AdaptiveController
+
+    controller = AdaptiveController((0, 3))
+    assert controller.settled_depth(16) is None and not controller._buckets
