@@ -1,6 +1,7 @@
-# Lease AM, call 2 (call 1 only stages the model's first half): join the model; adaptive
-# vs plain at batch 16 and 64 (80 x 128) with prompts prefilled at a bucket settled at
-# S = 0 deferring the draft's extend to the catch-up log.
+# Lease AM, call 2 (call 1 only staged the model's first half), commit 29b0943: join the
+# model; adaptive vs plain at batch 16 and 64 (80 x 128) with prompts prefilled at a
+# bucket settled at S = 0 deferring the draft's extend to the catch-up log (reverted after
+# this lease: no gain within the noise, catch-ups of up to 23,167 tokens ran eagerly).
 source tools/h200/env.sh
 bash tools/h200/stage_b.sh > /dev/null || exit 1
 O=$OUT/am2; mkdir -p $O

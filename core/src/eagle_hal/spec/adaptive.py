@@ -181,12 +181,6 @@ class AdaptiveController:
         """The depth the bucket has settled on; ``None`` while it is warming up."""
         return self._bucket(batch_size).settled
 
-    def settled_depth(self, batch_size: int) -> int | None:
-        """The depth the bucket of ``batch_size`` has settled on; ``None`` while it warms
-        up or before it exists (opens no bucket)."""
-        bucket = self._buckets.get(self.bucket_of(batch_size))
-        return None if bucket is None else bucket.settled
-
     def is_settled(self, batch_size: int) -> bool:
         """Whether the bucket of ``batch_size`` exists and has settled (opens no bucket)."""
         bucket = self._buckets.get(self.bucket_of(batch_size))

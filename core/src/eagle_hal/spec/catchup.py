@@ -10,10 +10,6 @@ as if the draft had followed along every iteration.
 Invariant per pending request: the draft has consumed positions ``0 .. draft_len - 1``;
 pending token i sits at target position ``draft_len + i + 1`` and its feature at
 ``draft_len + i``, so after the catch-up the draft's cached length is the request's.
-
-A prompt prefilled while its batch's bucket runs at S = 0 enters the log whole
-(``add_runs``, ``draft_len`` 0): its draft extend waits for the first iteration with S > 0,
-and is never run if the request finishes at S = 0.
 """
 
 from __future__ import annotations
@@ -102,35 +98,6 @@ class PendingDraftInputs:
         self._log.append(features.clone())
         self._log_rows += features.shape[0]
         self._live_rows += len(request_ids)
-        if self._log_rows >= max(_COMPACT_MIN_ROWS, 2 * self._live_rows):
-            self._compact()
-
-    def add_runs(
-        self,
-        request_ids: Sequence[int],
-        lengths: Sequence[int],
-        tokens: Sequence[int],
-        features: torch.Tensor,
-    ) -> None:
-        """Record prompts whose draft extend was deferred (the draft holds none of their
-        positions): request b's run is ``lengths[b]`` tokens of ``tokens`` (request-major)
-        with their feature rows in ``features`` (``[sum(lengths), H]``, copied)."""
-        if features.shape[0] != sum(lengths) or len(tokens) != sum(lengths):
-            raise ValueError(
-                f"runs of {sum(lengths)} tokens need as many tokens and feature rows, got "
-                f"{len(tokens)} and {features.shape[0]}"
-            )
-        start = 0
-        for request_id, length in zip(request_ids, lengths, strict=True):
-            pending = self._requests.get(request_id)
-            if pending is None:
-                pending = self._requests[request_id] = _Pending(0)
-            pending.tokens.extend(tokens[start : start + length])
-            pending.rows.extend(range(self._log_rows + start, self._log_rows + start + length))
-            start += length
-        self._log.append(features.clone())
-        self._log_rows += features.shape[0]
-        self._live_rows += start
         if self._log_rows >= max(_COMPACT_MIN_ROWS, 2 * self._live_rows):
             self._compact()
 

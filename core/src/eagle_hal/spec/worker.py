@@ -121,8 +121,6 @@ class EagleWorker:
         self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._pending = PendingDraftInputs()  # what the draft missed while S = 0
-        self._live: set[int] = set()  # requests prefilled and not yet released
-        self.deferred_prefills = 0  # prompts whose draft extend went to the catch-up log
         self.catch_ups = CatchUpTotals()  # catch-ups run and the tokens they extended over
         self._one_node: dict[object, tuple[torch.Tensor, ...]] = {}  # single_node_tree's
         # the settings per depth, built once per ``spec`` (which callers may swap): an
@@ -166,7 +164,6 @@ class EagleWorker:
         return [(request, [token]) for request, token in drain(self)]
 
     def release(self, request: Request) -> None:
-        self._live.discard(request.request_id)
         self._state.pop(request.request_id, None)
         self._pending.drop(request.request_id)
         self._batch_state = None
@@ -222,40 +219,18 @@ class EagleWorker:
         roots = [s if f else r.output_ids[-1] for s, f, r in zip(sampled, fresh, requests)]
         for request, length in zip(requests, lengths):
             request.cached_len = length
-        self._live.update(r.request_id for r in requests)
         if self.has_draft:
             for request in requests:  # a resumed request's draft starts over with its KV
                 self._pending.drop(request.request_id)
             draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
-            if self._defers_draft():
-                # the batch's bucket runs at S = 0: the draft's extend over the prompts
-                # waits in the catch-up log (run by the first iteration at S > 0, if any)
-                self._pending.add_runs(
-                    [r.request_id for r in requests], lengths, draft_ids, features
-                )
-                self.deferred_prefills += len(requests)
-            else:
-                # as the target's prefill, no graph per prompt length (one would be
-                # captured for nearly every request and replayed almost never): a token
-                # bucket's graph, else eager
-                self._draft_extend(
-                    requests, rows, draft_ids, features, [0] * len(rows), lengths, prefill=True
-                )
+            # as the target's prefill, no graph per prompt length (one would be captured
+            # for nearly every request and replayed almost never): a token bucket's graph
+            # for one request, else eager
+            self._draft_extend(
+                requests, rows, draft_ids, features, [0] * len(rows), lengths, prefill=True
+            )
         return [[root] if f else [] for root, f in zip(roots, fresh)]
-
-    def _defers_draft(self) -> bool:
-        """Whether a prefill leaves the draft's extend to the catch-up log: in the adaptive
-        mode, when the bucket of the batch the prompts join (every request prefilled and
-        not released) has settled at S = 0. There the draft would not run, and a request
-        that finishes at S = 0 never needs it (on an H200 the draft's extend was about a
-        quarter of a batch-64 prefill's time, lease AL: 4.30 against 3.09 ms a call).
-        Rank 0 decides, as for the depth."""
-        settled_depth = getattr(self.controller, "settled_depth", None)
-        if settled_depth is None:
-            return False
-        defer = int(settled_depth(len(self._live)) == 0)
-        return bool(self.runner.parallel.broadcast_ints([defer])[0])
 
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
