@@ -59,6 +59,8 @@ def main() -> int:
     print(f"device {backend.torch_device}, {len(prompts)} prompts, mean "
           f"{sum(map(len, prompts)) / len(prompts):.0f} tokens, {group} per prefill", flush=True)
     groups = [prompts[i : i + group] for i in range(0, len(prompts) - group + 1, group)]
+    if not groups:
+        parser.error(f"--group {group} needs at least as many prompts (--num-prompts)")
     cases = [(f"{name}, prefill graphs {state}", head, state == "on")
              for name, head in (("target only", None), ("target + draft head", draft))
              for state in ("off", "on")]
@@ -86,7 +88,7 @@ def main() -> int:
             for batch in groups[: args.profiled]:
                 llm.generate(batch, one)
             backend.synchronize()
-        per = args.profiled
+        per = len(groups[: args.profiled])
         print(f"\n== {name}: wall {statistics.median(wall) * 1e3:.2f} ms per prefill "
               f"(median of {len(wall)}); under the profiler: device busy "
               f"{busy_ms(prof) / per:.2f} ms per prefill", flush=True)

@@ -141,9 +141,10 @@ def warm_up_prefills(llm: Any, prompt: list[int], reach: int = 0) -> None:
     variant (``AttentionBackend.warm_up_lengths``): otherwise the timed run's prompts and
     catch-ups of new lengths compile them, about a second each. With device graphs, also
     one prefill of each token bucket (``GraphRunner.token_buckets``) up to ``reach``
-    tokens (at least one prompt's longest), which captures the bucket's prefill graphs
-    (the target's and the draft's) before the timed run: one prompt of the bucket's length
-    or, past the longest prompt the context allows, several prompts at once."""
+    tokens (at least one prompt's longest; in the adaptive mode, whose catch-ups replay
+    from these graphs too, a whole batch's context), which captures the bucket's prefill
+    graphs (the target's and the draft's) before the timed run: one prompt of the bucket's
+    length or, past the longest prompt the context allows, several prompts at once."""
     from eagle_hal.engine.request import SamplingParams
 
     runner = llm.runner
@@ -160,11 +161,15 @@ def warm_up_prefills(llm: Any, prompt: list[int], reach: int = 0) -> None:
         return
     config = llm.engine.scheduler.config
     buckets = set(graphs.token_buckets(runner.target_attn))
-    for attn in (getattr(runner, "draft_attn", None),):
-        if attn is not None:
-            buckets.update(graphs.token_buckets(attn))
+    draft_attn = getattr(runner, "draft_attn", None)
+    if draft_attn is not None:
+        buckets.update(graphs.token_buckets(draft_attn))
     if not runner.target_attn.ragged_extend_graphs:  # one prompt per prefill graph
         reach = limit
+    elif getattr(llm.worker, "controller", None) is not None:
+        # the draft's catch-ups after a stretch at S = 0 replay from the same graphs, over
+        # as many lagging tokens as the batch holds
+        reach = max(reach, config.max_batch_size * limit)
     reach = min(max(reach, limit), config.max_prefill_tokens)
     for bucket in sorted(buckets):
         total = min(bucket, reach)

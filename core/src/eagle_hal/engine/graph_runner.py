@@ -20,16 +20,21 @@ with the host updates ``replay_host_updates`` gives (``None`` for most backends)
 and the outputs are sliced to the real tokens and copied out (the static outputs are
 overwritten by the next replay).
 
-A one-request extend whose length varies from call to call (a prompt's prefill, the
-draft's extend over it, a draft catch-up) would want a graph per length. It replays
-instead from a graph per *token bucket* (``PREFILL_BUCKETS``): its tokens fill the front
-of the bucket's static run and the padding tokens after them write their K/V to the
-padding slot; causal attention keeps the real tokens from seeing them, and the outputs
-are sliced to the real tokens. Eagerly such a forward costs the host one launch per op (on
-an H200 a 83-token prefill took 15 ms of host time for 0.9 ms of device work; with the
-draft's extend, 28 ms). ``EAGLE_HAL_PREFILL_GRAPHS=0`` turns this off. Anything else
-(several prompts at once, ragged extends, batches larger than the largest bucket, prompts
-longer than the largest token bucket) returns ``None`` and the caller runs eagerly.
+An extend whose lengths vary from call to call (prompts' prefills, the draft's extend
+over them, draft catch-ups) would want a graph per shape. It replays instead from a graph
+per *token bucket*: its tokens fill the front of the bucket's static run and the padding
+tokens after them write their K/V to the padding slot; the outputs are sliced to the real
+tokens. Where the attention backend declares ``ragged_extend_graphs`` (``RAGGED_BUCKETS``,
+16 to 4,096 tokens), one graph serves any number of requests up to the largest batch
+bucket: the padding tokens are a request of their own (table row 0, prefix 0), and the
+backend rebuilds what it derives from the lengths on replay. Elsewhere only one-request
+extends replay (``PREFILL_BUCKETS``, 16 to 512 tokens), the padding in the request's own
+causal run, never past the end of its table row. Eagerly such a forward costs the host one
+launch per op (on an H200 a 83-token prefill took 15 ms of host time for 0.9 ms of device
+work; with the draft's extend, 28 ms; 16 prompts at once 15.4 ms against 6.7 ms
+replayed). ``EAGLE_HAL_PREFILL_GRAPHS=0`` turns this off. Anything else (a tree, more
+requests than the largest bucket, more tokens than the largest token bucket) returns
+``None`` and the caller runs eagerly.
 
 The draft's chain loop (``spec.drafting.draft_chain``: top-1, S steps) is captured whole,
 ``engine.chain_graph.ChainGraph``: its S - 1 DRAFT_DECODE forwards, their lm_head top-1 and
@@ -77,9 +82,9 @@ CAPTURED_MODES = frozenset(
      ForwardMode.DRAFT_EXTEND}
 )
 MAX_TOKENS_PER_REQUEST = 64  # uniform forwards with more query tokens per request run eagerly
-# one-request extends of varying length (prefills, catch-ups) replay padded to these
+# extends of varying length (prefills, catch-ups) of one request replay padded to these
 PREFILL_BUCKETS: tuple[int, ...] = (16, 32, 64, 96, 128, 192, 256, 384, 512)
-# ... and, on backends with ``ragged_extend_graphs``, extends of several requests to these
+# ... or, on backends with ``ragged_extend_graphs``, extends of any number of requests to these
 # totals (the scheduler's default prefill budget is 4,096 tokens)
 RAGGED_BUCKETS: tuple[int, ...] = PREFILL_BUCKETS + (768, 1024, 1536, 2048, 3072, 4096)
 PREFILL_MODES = frozenset({ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND})
@@ -94,8 +99,8 @@ def supports_replay(attn: AttentionBackend) -> bool:
 class _CapturedForward:
     graph: DeviceGraph
     batch: ForwardBatch  # the static, padded batch the graph reads
-    hidden_in: torch.Tensor | None  # draft only: [bucket * n, H] static input features
-    outputs: tuple[torch.Tensor, ...]  # static outputs, [bucket * n, ...] each
+    hidden_in: torch.Tensor | None  # draft only: [static tokens, H] input features
+    outputs: tuple[torch.Tensor, ...]  # static outputs, [static tokens, ...] each
     tokens_per_request: int
     filled: int = 0  # real requests of the last replay; the rows past them hold padding
     padded: bool = False  # a token bucket's graph (padded to its tokens)
@@ -436,7 +441,7 @@ class GraphRunner:
     def _shape_key(
         batch: ForwardBatch, bucket: int, padded: int | None = None
     ) -> tuple[object, ...]:
-        """The graph's key; ``padded``: the token bucket of a padded one-request extend."""
+        """The graph's key; ``padded``: the token bucket of a padded extend."""
         depth = batch.draft_kv_slots.shape[1] if batch.draft_kv_slots is not None else 0
         if padded is not None:
             return (batch.mode, "padded", padded)

@@ -258,7 +258,7 @@ class ModelRunner:
     ) -> torch.Tensor:
         """The draft's output hidden states ``[T, H]``. ``prefill``: an extend whose length
         varies from call to call (over a prompt, a catch-up), which no graph of its own
-        length would pay for: replayed from a token bucket's graph when it is one request
+        length would pay for: replayed from a token bucket's graph where one fits
         (``GraphRunner.prefill_bucket``), else eager."""
         assert self.draft is not None and self.draft_attn is not None
         if self.graphs is not None:

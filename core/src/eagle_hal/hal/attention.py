@@ -23,8 +23,9 @@ Graph capture, in order (``engine.graph_runner`` and the conformance graphs area
 follow it): ``init_graph_state`` once; ``plan_for_capture`` on a static batch, whose
 tensors the graph then reads for its whole life; a warm-up ``forward`` and the captured
 one. Before each replay the caller writes the replayed batch into the static batch's
-tensors in place (same shape: mode, requests, tokens per request, branches, draft depth;
-any prefix lengths, rows, slots and mask contents) and writes ``req_to_token``, then calls
+tensors in place (same shape: mode, requests, tokens per request, branches, draft depth,
+except the per-request lengths of a ragged extend, see ``plan_for_replay``; any prefix
+lengths, rows, slots and mask contents) and writes ``req_to_token``, then calls
 ``plan_for_replay`` with the static batch carrying the replayed batch's host lengths.
 Anything the captured forward read on the host is fixed at capture, except what the
 device's graph API refreshes itself: ``replay_host_updates`` (same arguments, right after
@@ -273,7 +274,9 @@ class AttentionBackend(abc.ABC):
         tokens after the ``t`` real ones (table row 0, prefix 0, every slot the padding
         slot), then requests of no tokens; ``extend_lens`` (device and host) says so.
         The backend must rebuild whatever it derived from the lengths; the real requests'
-        attention must not see the padding request's tokens."""
+        attention must not see the padding request's tokens; and it must read a
+        request's table row only up to its prefix (the padding request's ``T - t``
+        tokens may outnumber the row's entries)."""
         raise NotImplementedError(f"{type(self).__name__} does not support graph replay")
 
     def replay_host_updates(

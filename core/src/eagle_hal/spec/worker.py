@@ -226,7 +226,7 @@ class EagleWorker:
             features = runner.draft.project_target_features(out)  # [T, H]
             # as the target's prefill, no graph per prompt length (one would be captured
             # for nearly every request and replayed almost never): a token bucket's graph
-            # for one request, else eager
+            # (GraphRunner.prefill_bucket), else eager
             self._draft_extend(
                 requests, rows, draft_ids, features, [0] * len(rows), lengths, prefill=True
             )
@@ -424,7 +424,7 @@ class EagleWorker:
                 )
         self.catch_ups.record(len(pending.input_ids))
         # the lengths depend on the stretch at S = 0: a graph per length would not pay, so
-        # a token bucket's graph for one request, else eager
+        # a token bucket's graph (GraphRunner.prefill_bucket), else eager
         self._draft_extend(
             lagging, [self._row(r) for r in lagging], pending.input_ids, pending.features,
             pending.draft_lens, pending.extend_lens, prefill=True,

@@ -175,25 +175,29 @@ def test_draft_decode_branches(depth):
 
 def test_an_extend_captured_once_replays_with_ragged_lengths():
     """An EXTEND captured as 3 requests of 12 tokens in all (all in the first) replays
-    with lengths 5, 4, 3: the captured tensors then hold what a fresh plan of that batch
-    holds (``ragged_extend_graphs``). Another total, or a decode's shape change, is
-    refused."""
+    with lengths 5, 4, 3, then with the captured ones again: each time the captured
+    tensors hold what a fresh plan of the replayed batch holds (``ragged_extend_graphs``).
+    Another total, or a decode's shape change, is refused; a captured extend of a uniform
+    shape gets metadata of its own, not the eager plans' cached one (a ragged replay
+    rewrites it)."""
     pair = Pair()
-    captured = ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0],
-                                          [12, 0, 0]))
-    metadata = pair.triton.plan_for_capture(captured)
-    assert pair.triton.plan(captured) is not metadata  # its own tensors, never shared
-    ragged = ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0],
-                                        [5, 4, 3]))
-    pair.triton.plan_for_replay(ragged, metadata)
-    fresh = pair.triton.plan(ragged)
-    for field in ("token_request", "own_base", "own_len"):
-        assert torch.equal(getattr(metadata, field), getattr(fresh, field)), field
-    assert metadata.own_len.tolist() == [1, 2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3]
-    shorter = ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0],
-                                         [5, 4, 2]))
+
+    def extend(lens):
+        return ForwardBatch(**causal_args(pair, ForwardMode.EXTEND, [0, 1, 2], [0, 0, 0], lens))
+
+    metadata = pair.triton.plan_for_capture(extend([12, 0, 0]))
+    for lens in ([5, 4, 3], [12, 0, 0], [1, 1, 10]):
+        pair.triton.plan_for_replay(extend(lens), metadata)
+        fresh = pair.triton.plan(extend(lens))
+        for field in ("token_request", "own_base", "own_len"):
+            assert torch.equal(getattr(metadata, field), getattr(fresh, field)), (lens, field)
+        if lens == [5, 4, 3]:
+            assert metadata.own_len.tolist() == [1, 2, 3, 4, 5, 1, 2, 3, 4, 1, 2, 3]
     with pytest.raises(ValueError, match="differs from the captured"):
-        pair.triton.plan_for_replay(shorter, metadata)
+        pair.triton.plan_for_replay(extend([5, 4, 2]), metadata)
+    uniform = pair.triton.plan_for_capture(extend([4, 4, 4]))
+    assert uniform is not pair.triton.plan(extend([4, 4, 4]))
+    assert all(uniform is not cached for cached in pair.triton._cache.values())
     decode = pair.triton.plan_for_capture(
         ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [0, 1], [3, 4], [1, 1])))
     with pytest.raises(ValueError, match="differs from the captured"):

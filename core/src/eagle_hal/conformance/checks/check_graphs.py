@@ -360,8 +360,8 @@ def test_prefills_padded_to_a_token_bucket_equal_plain(backend: Backend) -> None
 
 def test_ragged_prefills_equal_plain(backend: Backend) -> None:
     """Several prompts prefilled at once replay from one token bucket graph per model
-    (``ragged_extend_graphs``): 30 + 20 + 5 tokens, then, while those run, 14 + 9 in the
-    same bucket (a stale request and token run left in the static batch), and decode
+    (``ragged_extend_graphs``): 30 + 20 + 5 tokens, then, while those run, 24 + 17 in the
+    same bucket of 64 (a stale request and token run left in the static batch), and decode
     greedily as plain decoding without graphs."""
     from eagle_hal.api import LLM
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
@@ -372,7 +372,7 @@ def test_ragged_prefills_equal_plain(backend: Backend) -> None:
     vocab = target.config.vocab_size
     first = [[(7 * i + 3) % vocab for i in range(30)], [(5 * i + 1) % vocab for i in range(20)],
              [(3 * i + 2) % vocab for i in range(5)]]
-    second = [[(11 * i + 4) % vocab for i in range(14)], [(13 * i + 6) % vocab for i in range(9)]]
+    second = [[(11 * i + 4) % vocab for i in range(24)], [(13 * i + 6) % vocab for i in range(17)]]
     params = SamplingParams(max_new_tokens=8)
     plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
                             page_size=page_size)
