@@ -198,7 +198,6 @@ def test_padded_draft_extends_after_a_prefix_equal_eager(cuda_backend):
     lengths) from CUDA graphs padded to a token bucket, through a random head whose output
     depends on attention: 7 tokens after 20, then 3 after 27 in the same bucket, give the
     eager forward's hidden states and K/V at their own slots."""
-    from eagle_hal.hal.attention import ForwardMode
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
     device = cuda_backend.torch_device
@@ -211,31 +210,10 @@ def test_padded_draft_extends_after_a_prefix_equal_eager(cuda_backend):
     request = llm.engine.add_request([(5 * i + 2) % 61 for i in range(20)],
                                      SamplingParams(max_new_tokens=32))
     llm.engine.step()  # the prompt's prefill
-    row, store = request.table_row, runner.draft_kv
-
-    def by_slot(buffer):
-        return buffer if store.layout.order == "NHD" else buffer.transpose(0, 1)
-
     generator = torch.Generator().manual_seed(7)
     for prefix, count in ((20, 7), (27, 3)):
-        runner.table.reserve(row, prefix + count)
-        runner.sync_table()
-        ids = torch.randint(61, (count,), generator=generator).tolist()
-        features = torch.randn(count, target.config.hidden_size, generator=generator).to(device)
-        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, [row], [prefix], [count])
-        own = torch.tensor(runner.table.slots(row, prefix, prefix + count), device=device)
-        runner.graphs = None
-        eager = runner.run_draft(batch, features, prefill=True)
-        eager_kv = [by_slot(store.k_buffer(layer))[own].clone()
-                    for layer in range(store.num_layers)]
-        runner.graphs = graphs
-        replays = graphs.prefill_replays
-        got = runner.run_draft(batch, features, prefill=True)
-        assert graphs.prefill_replays == replays + 1
-        torch.testing.assert_close(got, eager, atol=1e-4, rtol=1e-4)
-        for layer in range(store.num_layers):
-            torch.testing.assert_close(by_slot(store.k_buffer(layer))[own], eager_kv[layer],
-                                       atol=1e-4, rtol=1e-4)
+        _draft_extend_equals_eager(runner, graphs, [request.table_row], [prefix], [count],
+                                   generator)
 
 
 @pytest.mark.parametrize("steps", [0, 4])
@@ -270,7 +248,6 @@ def test_ragged_draft_extends_after_prefixes_equal_eager(cuda_backend):
     lengths that vary) from one CUDA graph per token bucket, through a random head whose
     output depends on attention, give the eager forward's hidden states and K/V at their
     own slots, the last one past where a one-request padding would end its row."""
-    from eagle_hal.hal.attention import ForwardMode
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
     device = cuda_backend.torch_device
@@ -284,35 +261,44 @@ def test_ragged_draft_extends_after_prefixes_equal_eager(cuda_backend):
     first = llm.engine.add_request([(5 * i + 2) % 61 for i in range(20)], params)
     second = llm.engine.add_request([(3 * i + 1) % 61 for i in range(9)], params)
     llm.engine.step()  # the prompts' prefill
-    rows, store = [first.table_row, second.table_row], runner.draft_kv
+    rows = [first.table_row, second.table_row]
     width = runner.draft_attn.config.req_to_token.shape[1]
+    generator = torch.Generator().manual_seed(7)
+    for prefixes, counts in (((20, 9), (7, 5)), ((27, 14), (3, 2)), ((width - 5,), (4,))):
+        _draft_extend_equals_eager(runner, graphs, rows[: len(prefixes)], prefixes, counts,
+                                   generator)
+
+
+def _draft_extend_equals_eager(runner, graphs, rows, prefixes, counts, generator):
+    """One DRAFT_EXTEND of random tokens and features, ``counts[b]`` after ``prefixes[b]``
+    in table row ``rows[b]``, run eagerly and then replayed from a token bucket's CUDA
+    graph as a prefill-type extend: the same hidden states and K/V at the batch's slots."""
+    from eagle_hal.hal.attention import ForwardMode
+
+    store, device = runner.draft_kv, runner.device
 
     def by_slot(buffer):
         return buffer if store.layout.order == "NHD" else buffer.transpose(0, 1)
 
-    generator = torch.Generator().manual_seed(7)
-    for prefixes, counts in (((20, 9), (7, 5)), ((27, 14), (3, 2)), ((width - 5,), (4,))):
-        chosen = rows[: len(prefixes)]
-        for row, prefix, count in zip(chosen, prefixes, counts):
-            runner.table.reserve(row, prefix + count)
-        runner.sync_table()
-        total = sum(counts)
-        ids = torch.randint(61, (total,), generator=generator).tolist()
-        features = torch.randn(total, target.config.hidden_size, generator=generator).to(device)
-        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, chosen, list(prefixes),
-                                    list(counts))
-        own = torch.tensor([s for row, prefix, count in zip(chosen, prefixes, counts)
-                            for s in runner.table.slots(row, prefix, prefix + count)],
-                           device=device)
-        runner.graphs = None
-        eager = runner.run_draft(batch, features, prefill=True)
-        eager_kv = [by_slot(store.k_buffer(layer))[own].clone()
-                    for layer in range(store.num_layers)]
-        runner.graphs = graphs
-        replays = graphs.prefill_replays
-        got = runner.run_draft(batch, features, prefill=True)
-        assert graphs.prefill_replays == replays + 1
-        torch.testing.assert_close(got, eager, atol=1e-4, rtol=1e-4)
-        for layer in range(store.num_layers):
-            torch.testing.assert_close(by_slot(store.k_buffer(layer))[own], eager_kv[layer],
-                                       atol=1e-4, rtol=1e-4)
+    for row, prefix, count in zip(rows, prefixes, counts):
+        runner.table.reserve(row, prefix + count)
+    runner.sync_table()
+    total = sum(counts)
+    ids = torch.randint(61, (total,), generator=generator).tolist()
+    features = torch.randn(total, runner.draft.config.hidden_size, generator=generator)
+    batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, list(rows), list(prefixes),
+                                list(counts))
+    own = torch.tensor([s for row, prefix, count in zip(rows, prefixes, counts)
+                        for s in runner.table.slots(row, prefix, prefix + count)], device=device)
+    features = features.to(device)
+    runner.graphs = None
+    eager = runner.run_draft(batch, features, prefill=True)
+    eager_kv = [by_slot(store.k_buffer(layer))[own].clone() for layer in range(store.num_layers)]
+    runner.graphs = graphs
+    replays = graphs.prefill_replays
+    got = runner.run_draft(batch, features, prefill=True)
+    assert graphs.prefill_replays == replays + 1
+    torch.testing.assert_close(got, eager, atol=1e-4, rtol=1e-4)
+    for layer in range(store.num_layers):
+        torch.testing.assert_close(by_slot(store.k_buffer(layer))[own], eager_kv[layer],
+                                   atol=1e-4, rtol=1e-4)

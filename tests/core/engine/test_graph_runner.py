@@ -220,6 +220,40 @@ def test_prefills_padded_to_a_token_bucket_equal_eager(backends, attention, with
     assert llm.used_pages == 0
 
 
+def _draft_extend_equals_eager(runner, graphs, rows, prefixes, counts, generator, page_size,
+                               replayed):
+    """One DRAFT_EXTEND of random tokens and features, ``counts[b]`` after ``prefixes[b]``
+    in table row ``rows[b]``, run eagerly and then through ``graphs`` as a prefill-type
+    extend: the same hidden states and K/V at the batch's own slots, every other slot
+    but the padding page untouched, and one more token bucket replay when ``replayed``."""
+    from eagle_hal.hal.attention import ForwardMode
+
+    for row, prefix, count in zip(rows, prefixes, counts):
+        runner.table.reserve(row, prefix + count)
+    runner.sync_table()
+    total = sum(counts)
+    ids = torch.randint(61, (total,), generator=generator).tolist()
+    features = torch.randn(total, runner.draft.config.hidden_size, generator=generator)
+    batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, list(rows), list(prefixes),
+                                list(counts))
+    before = _kv_snapshot(runner)
+    runner.graphs = None
+    eager = runner.run_draft(batch, features, prefill=True)
+    eager_kv = _kv_snapshot(runner)
+    runner.graphs = graphs
+    replays = graphs.prefill_replays
+    got = runner.run_draft(batch, features, prefill=True)
+    assert graphs.prefill_replays == replays + int(replayed)
+    torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
+    graph_kv = _kv_snapshot(runner)
+    own = [s for row, prefix, count in zip(rows, prefixes, counts)
+           for s in runner.table.slots(row, prefix, prefix + count)]
+    torch.testing.assert_close(graph_kv[own], eager_kv[own], atol=1e-5, rtol=1e-5)
+    others = [s for s in range(before.shape[0]) if s not in set(own)
+              and s // page_size != PADDING_PAGE]
+    assert torch.equal(graph_kv[others], before[others])
+
+
 @pytest.mark.parametrize("page_size", [1, 16])
 def test_padded_draft_extends_after_a_prefix_equal_eager(page_size):
     """The draft's extends as a catch-up runs them (one request, a prefix of earlier
@@ -227,8 +261,6 @@ def test_padded_draft_extends_after_a_prefix_equal_eager(page_size):
     7 tokens after 20, then 3 after 27 in the same bucket (stale padding slots), give the
     eager forward's hidden states and K/V at their own slots and leave every other slot
     as it was; a run whose padded length would pass the end of the row runs eagerly."""
-    from eagle_hal.hal.attention import ForwardMode
-
     target = tiny_target(seed=11, vocab=61)
     head = tiny_eagle1(target, seed=12)
     llm = LLM.from_models(_backend(ReplayingTorchBackend), target, head,
@@ -242,26 +274,8 @@ def test_padded_draft_extends_after_a_prefix_equal_eager(page_size):
     row, width = request.table_row, runner.draft_attn.config.req_to_token.shape[1]
     generator = torch.Generator().manual_seed(7)
     for prefix, count, padded in ((20, 7, True), (27, 3, True), (width - 5, 4, False)):
-        runner.table.reserve(row, prefix + count)
-        runner.sync_table()
-        ids = torch.randint(61, (count,), generator=generator).tolist()
-        features = torch.randn(count, target.config.hidden_size, generator=generator)
-        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, [row], [prefix], [count])
-        before = _kv_snapshot(runner)
-        runner.graphs = None
-        eager = runner.run_draft(batch, features, prefill=True)
-        eager_kv = _kv_snapshot(runner)
-        runner.graphs = graphs
-        replays = graphs.prefill_replays
-        got = runner.run_draft(batch, features, prefill=True)
-        assert graphs.prefill_replays == replays + int(padded)
-        torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
-        graph_kv = _kv_snapshot(runner)
-        own = runner.table.slots(row, prefix, prefix + count)
-        torch.testing.assert_close(graph_kv[own], eager_kv[own], atol=1e-5, rtol=1e-5)
-        others = [s for s in range(before.shape[0]) if s not in set(own)
-                  and s // page_size != PADDING_PAGE]
-        assert torch.equal(graph_kv[others], before[others])
+        _draft_extend_equals_eager(runner, graphs, [row], [prefix], [count], generator,
+                                   page_size, replayed=padded)
 
 
 def test_ragged_prefills_of_several_prompts_equal_eager(backends):
@@ -308,8 +322,6 @@ def test_ragged_draft_extends_after_prefixes_equal_eager():
     would pass the end of its row (the padding is a request of its own here: it replays)
     give the eager forward's hidden states and K/V at their own slots, and leave every
     other slot as it was."""
-    from eagle_hal.hal.attention import ForwardMode
-
     target = tiny_target(seed=11, vocab=61)
     head = tiny_eagle1(target, seed=12)
     llm = LLM.from_models(_backend(TritonCpuBackend), target, head,
@@ -325,31 +337,8 @@ def test_ragged_draft_extends_after_prefixes_equal_eager():
     width = runner.draft_attn.config.req_to_token.shape[1]
     generator = torch.Generator().manual_seed(7)
     for prefixes, counts in (((20, 9), (7, 5)), ((27, 14), (3, 2)), ((width - 5,), (4,))):
-        chosen = rows[: len(prefixes)]
-        for row, prefix, count in zip(chosen, prefixes, counts):
-            runner.table.reserve(row, prefix + count)
-        runner.sync_table()
-        total = sum(counts)
-        ids = torch.randint(61, (total,), generator=generator).tolist()
-        features = torch.randn(total, target.config.hidden_size, generator=generator)
-        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, chosen, list(prefixes),
-                                    list(counts))
-        before = _kv_snapshot(runner)
-        runner.graphs = None
-        eager = runner.run_draft(batch, features, prefill=True)
-        eager_kv = _kv_snapshot(runner)
-        runner.graphs = graphs
-        replays = graphs.prefill_replays
-        got = runner.run_draft(batch, features, prefill=True)
-        assert graphs.prefill_replays == replays + 1
-        torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
-        graph_kv = _kv_snapshot(runner)
-        own = [s for row, prefix, count in zip(chosen, prefixes, counts)
-               for s in runner.table.slots(row, prefix, prefix + count)]
-        torch.testing.assert_close(graph_kv[own], eager_kv[own], atol=1e-5, rtol=1e-5)
-        others = [s for s in range(before.shape[0]) if s not in set(own)
-                  and s // 16 != PADDING_PAGE]
-        assert torch.equal(graph_kv[others], before[others])
+        _draft_extend_equals_eager(runner, graphs, rows[: len(prefixes)], prefixes, counts,
+                                   generator, 16, replayed=True)
 
 
 def test_prefill_graphs_can_be_turned_off(backends, monkeypatch):

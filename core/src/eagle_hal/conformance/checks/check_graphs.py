@@ -323,25 +323,66 @@ def test_prefills_padded_to_a_token_bucket_equal_plain(backend: Backend) -> None
     the draft's extend over the prompt) decode greedily as plain decoding without graphs,
     with a longer prompt's request still running when a shorter one reuses its bucket
     (the padding must not write that request's K/V)."""
+    llm = _prefill_groups_decode_as_plain(
+        backend, lambda vocab: [[[(7 * i + 3) % vocab for i in range(30)]],
+                                [[(5 * i + 1) % vocab for i in range(20)]],
+                                [[(3 * i + 2) % vocab for i in range(5)]]],
+    )
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.prefill_replays >= 2 * 3, (
+        f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs"
+    )
+
+
+def test_ragged_prefills_equal_plain(backend: Backend) -> None:
+    """Several prompts prefilled at once replay from one token bucket graph per model
+    (``ragged_extend_graphs``): 30 + 20 + 5 tokens, then, while those run, 24 + 17 in the
+    same bucket of 64 (a stale request and token run left in the static batch), and decode
+    greedily as plain decoding without graphs."""
+    llm = _prefill_groups_decode_as_plain(
+        backend, lambda vocab: [[[(7 * i + 3) % vocab for i in range(30)],
+                                 [(5 * i + 1) % vocab for i in range(20)],
+                                 [(3 * i + 2) % vocab for i in range(5)]],
+                                [[(11 * i + 4) % vocab for i in range(24)],
+                                 [(13 * i + 6) % vocab for i in range(17)]]],
+        ragged=True,
+    )
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.prefill_replays >= 4, (
+        f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs, "
+        "expected the target's and the draft's of both prefills"
+    )
+
+
+def _prefill_groups_decode_as_plain(
+    backend: Backend, make_groups: Any, *, ragged: bool = False
+) -> Any:
+    """Prefill the groups of prompts ``make_groups(vocab)`` one group a step (each joining
+    while the earlier ones run) with graphs on, a tiny target and head, chain S = 3; decode
+    to the end; every request's tokens must equal plain decoding's without graphs. With
+    ``ragged``, skips for attention backends without ``ragged_extend_graphs``. Returns the
+    engine's ``LLM`` (pages checked released)."""
     from eagle_hal.api import LLM
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
     device, page_size = backend.torch_device, preferred_page_size(backend)
     target = tiny_target(seed=23, device=device)
     head = tiny_eagle1(target, seed=24).to(device)
-    vocab = target.config.vocab_size
-    prompts = [[(7 * i + 3) % vocab for i in range(30)], [(5 * i + 1) % vocab for i in range(20)],
-               [(3 * i + 2) % vocab for i in range(5)]]
+    groups = make_groups(target.config.vocab_size)
+    prompts = [prompt for group in groups for prompt in group]
     params = SamplingParams(max_new_tokens=8)
     plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
                             page_size=page_size)
     expected = [o.token_ids for o in plain.generate(prompts, params)]
     llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=3, topk=1),
-                          page_size=page_size, max_batch_size=4)
+                          page_size=page_size, max_batch_size=max(4, len(prompts)))
     assert llm.runner.enable_graphs(BUCKETS), "graph capture offered but the engine cannot replay"
+    if ragged and not llm.runner.target_attn.ragged_extend_graphs:
+        pytest.skip(f"{type(llm.runner.target_attn).__name__} does not declare "
+                    "ragged_extend_graphs: several prompts at once prefill eagerly")
     engine, requests = llm.engine, []
-    for prompt in prompts:  # each joins alone, while the ones before it still run
-        requests.append(engine.add_request(prompt, params))
+    for group in groups:
+        requests += [engine.add_request(prompt, params) for prompt in group]
         engine.step()
     engine.run()
     for i, (request, reference) in enumerate(zip(requests, expected, strict=True)):
@@ -351,55 +392,5 @@ def test_prefills_padded_to_a_token_bucket_equal_plain(backend: Backend) -> None
             f"prompt {i} ({len(prompts[i])} tokens) prefilled from a token bucket graph "
             f"decodes {list(got.token_ids)}, plain decoding {list(reference)}"
         )
-    graphs = llm.runner.graphs
-    assert graphs is not None and graphs.prefill_replays >= 2 * len(prompts), (
-        f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs"
-    )
     assert llm.used_pages == 0 and llm.leaked_pages == 0
-
-
-def test_ragged_prefills_equal_plain(backend: Backend) -> None:
-    """Several prompts prefilled at once replay from one token bucket graph per model
-    (``ragged_extend_graphs``): 30 + 20 + 5 tokens, then, while those run, 24 + 17 in the
-    same bucket of 64 (a stale request and token run left in the static batch), and decode
-    greedily as plain decoding without graphs."""
-    from eagle_hal.api import LLM
-    from eagle_hal.testing.models import tiny_eagle1, tiny_target
-
-    device, page_size = backend.torch_device, preferred_page_size(backend)
-    target = tiny_target(seed=23, device=device)
-    head = tiny_eagle1(target, seed=24).to(device)
-    vocab = target.config.vocab_size
-    first = [[(7 * i + 3) % vocab for i in range(30)], [(5 * i + 1) % vocab for i in range(20)],
-             [(3 * i + 2) % vocab for i in range(5)]]
-    second = [[(11 * i + 4) % vocab for i in range(24)], [(13 * i + 6) % vocab for i in range(17)]]
-    params = SamplingParams(max_new_tokens=8)
-    plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
-                            page_size=page_size)
-    expected = [o.token_ids for o in plain.generate(first + second, params)]
-    llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=3, topk=1),
-                          page_size=page_size, max_batch_size=8)
-    assert llm.runner.enable_graphs(BUCKETS), "graph capture offered but the engine cannot replay"
-    if not llm.runner.target_attn.ragged_extend_graphs:
-        pytest.skip(f"{type(llm.runner.target_attn).__name__} does not declare "
-                    "ragged_extend_graphs: several prompts at once prefill eagerly")
-    engine = llm.engine
-    requests = [engine.add_request(prompt, params) for prompt in first]
-    engine.step()
-    requests += [engine.add_request(prompt, params) for prompt in second]
-    engine.step()
-    engine.run()
-    prompts = first + second
-    for i, (request, reference) in enumerate(zip(requests, expected, strict=True)):
-        got = engine.output(request, None)
-        assert got.error is None, f"request {i} failed: {got.error}"
-        assert got.token_ids == reference, (
-            f"prompt {i} ({len(prompts[i])} tokens) prefilled with others from a token bucket "
-            f"graph decodes {list(got.token_ids)}, plain decoding {list(reference)}"
-        )
-    graphs = llm.runner.graphs
-    assert graphs is not None and graphs.prefill_replays >= 4, (
-        f"{graphs.prefill_replays if graphs else 0} prefills replayed from token bucket graphs, "
-        "expected the target's and the draft's of both prefills"
-    )
-    assert llm.used_pages == 0 and llm.leaked_pages == 0
+    return llm
