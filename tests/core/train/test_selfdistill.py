@@ -99,12 +99,14 @@ def test_openers_file(tmp_path):
     """One opener a line (a byte-order mark is not part of the first); an empty file or a
     missing one is an error that says what to give instead."""
     from eagle_hal.commands.train_draft import _openers
-    from eagle_hal.train.selfdistill import BUILTIN_PROMPT_OPENERS
+    from eagle_hal.train.selfdistill import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 
     path = tmp_path / "openers.txt"
     path.write_text("Write a\n\nSolve\n", encoding="utf-8-sig")
     assert _openers(str(path)) == ("Write a", "", "Solve")
     assert _openers("builtin") == BUILTIN_PROMPT_OPENERS and _openers("none") == ()
+    assert _openers("broad") == BROAD_PROMPT_OPENERS
+    assert set(BUILTIN_PROMPT_OPENERS) < set(BROAD_PROMPT_OPENERS)
     path.write_text("")
     with pytest.raises(SystemExit, match="none"):
         _openers(str(path))

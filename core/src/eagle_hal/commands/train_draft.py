@@ -49,16 +49,18 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def _openers(spec: str) -> tuple[str, ...]:
-    from eagle_hal.train.selfdistill import BUILTIN_PROMPT_OPENERS
+    from eagle_hal.train.selfdistill import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 
     if spec == "builtin":
         return BUILTIN_PROMPT_OPENERS
+    if spec == "broad":
+        return BROAD_PROMPT_OPENERS
     if spec == "none":
         return ()
     path = Path(spec)
     if not path.is_file():
         raise SystemExit(
-            f"--prompt-openers: {spec!r} is neither 'builtin', 'none' nor a readable file"
+            f"--prompt-openers: {spec!r} is neither 'builtin', 'broad', 'none' nor a readable file"
         )
     openers = tuple(line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines())
     if not openers:
@@ -107,7 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompt-openers",
         default="builtin",
         help="openers that steer the kind of user prompt the target writes: 'builtin' (a "
-        "generic list, see selfdistill.BUILTIN_PROMPT_OPENERS), 'none' (free prompts only), "
+        "generic list, see selfdistill.BUILTIN_PROMPT_OPENERS), 'broad' (a longer one over "
+        "more kinds of request, selfdistill.BROAD_PROMPT_OPENERS), 'none' (free prompts only), "
         "or a UTF-8 text file with one opener a line (an empty line = a free prompt)",
     )
     data.add_argument(

@@ -34,8 +34,8 @@ from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
 __all__ = [
-    "BUILTIN_PROMPT_OPENERS", "ChatTokenizer", "DistillConfig", "file_sha256", "generate_dataset", "graph_buckets",
-    "user_turn_prefix",
+    "BROAD_PROMPT_OPENERS", "BUILTIN_PROMPT_OPENERS", "ChatTokenizer", "DistillConfig",
+    "file_sha256", "generate_dataset", "graph_buckets", "user_turn_prefix",
 ]
 
 _MARKER = "\u2402EAGLE-HAL-USER-TURN\u2402"  # never produced by a tokenizer's decode
@@ -69,6 +69,43 @@ BUILTIN_PROMPT_OPENERS: tuple[str, ...] = (
     "Give me a list of",
     "Compose",
     "Tell me",
+)
+
+# A broader set, written for eagle-hal from no data set or benchmark: many more kinds of
+# writing, explanation, reasoning, code and editing requests. A head trained on BUILTIN's
+# prompts agreed with the target's greedy token 0.69 of the time on answers to prompts like
+# its own but 0.46 on answers to MT-bench first turns (docs/training.md).
+BROAD_PROMPT_OPENERS: tuple[str, ...] = (
+    "",
+    "",
+    # writing
+    "Write a", "Compose", "Write a short story about", "Write a poem about", "Write a blog post about",
+    "Write an email to", "Write a letter to", "Write a speech", "Write a product description for",
+    "Write a dialogue between", "Write a persuasive paragraph", "Write a haiku",
+    "Write a news article", "Write a review of", "Write a cover letter", "Draft a", "Compose a",
+    "Create a slogan for",
+    # explanation
+    "Explain", "Describe", "What are the", "Explain why", "Explain how", "Explain the concept of", "Explain to a child", "Why do",
+    "Why is the", "How does", "How do", "What is the difference between", "What is",
+    "What causes", "Describe the history of", "Describe how", "Describe a",
+    # advice and planning
+    "How can I", "Can you help me", "Give me advice on", "Give me tips for", "Create a plan for",
+    "Suggest", "Recommend", "What should I",
+    # role play
+    "Pretend you are", "Imagine you are", "Act as a", "You are a", "Roleplay as",
+    # reasoning and arithmetic
+    "Solve", "Calculate", "If a", "A train", "What is the probability", "How many",
+    "Find the value of", "Prove that", "Is it true that", "Answer this riddle:",
+    # code
+    "Write a Python function", "Write a program", "Write a JavaScript function",
+    "Write a SQL query", "Implement", "Fix this code:", "What does this code do?",
+    "Write a C++ program",
+    # editing and extraction
+    "Rewrite the following", "Summarize", "Here is a text.", "From the text below,",
+    "Correct the grammar", "Translate", "Extract", "Classify", "Paraphrase",
+    # analysis and lists
+    "Compare", "Give me a list of", "List", "Analyze", "Discuss", "What are the pros and cons of",
+    "Tell me", "Brainstorm", "What would happen if", "Evaluate",
 )
 
 
