@@ -11,14 +11,10 @@ captured lazily, the first time a shape is seen, one per
 each with its own static input buffers (the padded ``ForwardBatch`` it was captured with)
 and static outputs; all graphs share the ``GraphCapture``'s memory pool.
 
-Replay (the order ``eagle_hal.hal.attention`` states for the graph hooks): the real
-batch's tensors are copied into the front of the static buffers; padded
-requests get table row 0, prefix length 0, position 0, token 0 and write their K/V to the
-padding page's first slot (never allocated), so they read and disturb nothing real. The
-attention backend's ``plan_for_replay`` hook refreshes its metadata, the graph replays
-with the host updates ``replay_host_updates`` gives (``None`` for most backends),
-and the outputs are sliced to the real tokens and copied out (the static outputs are
-overwritten by the next replay).
+Replay copies the real batch into the front of the static buffers, padded requests reading
+and disturbing nothing real, then the attention backend's replay hooks run and the
+outputs are sliced to the real tokens (``engine.forward_graph``, which holds one captured
+forward).
 
 An extend whose lengths vary from call to call (prompts' prefills, the draft's extend
 over them, draft catch-ups) would want a graph per shape. It replays instead from a graph
@@ -54,7 +50,6 @@ attention backends that also read ``draft_kv_slots`` in their forward
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -63,11 +58,12 @@ import torch
 
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.chain_graph import ChainGraph
+from eagle_hal.engine.forward_graph import CapturedForward
 from eagle_hal.engine.iteration_graph import VerifyExtendGraph
 from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.hal.graphs import GraphCapture
 from eagle_hal.hal.sampling import SamplingOps, TreeShape, VerifyTree
 from eagle_hal.model.llama import ModelOutput
 
@@ -95,19 +91,6 @@ def supports_replay(attn: AttentionBackend) -> bool:
     return type(attn).plan_for_replay is not AttentionBackend.plan_for_replay
 
 
-@dataclasses.dataclass
-class _CapturedForward:
-    graph: DeviceGraph
-    batch: ForwardBatch  # the static, padded batch the graph reads
-    hidden_in: torch.Tensor | None  # draft only: [static tokens, H] input features
-    outputs: tuple[torch.Tensor, ...]  # static outputs, [static tokens, ...] each
-    tokens_per_request: int
-    filled: int = 0  # real requests of the last replay; the rows past them hold padding
-    padded: bool = False  # a token bucket's graph (padded to its tokens)
-    filled_tokens: int = 0  # real tokens of the last replay
-    ragged: bool = False  # a token bucket's graph for any number of requests
-
-
 class GraphRunner:
     """Captured target and draft forwards for one ``ModelRunner``; see the module docstring.
 
@@ -127,7 +110,7 @@ class GraphRunner:
         self.capture = capture
         self.buckets = tuple(sorted(set(buckets)))
         self.pad_slot = PADDING_PAGE * runner.layout.page_size
-        self._graphs: dict[tuple[object, ...], _CapturedForward] = {}
+        self._graphs: dict[tuple[object, ...], CapturedForward] = {}
         self._chains: dict[tuple[object, ...], ChainGraph] = {}
         self._trees: dict[tuple[object, ...], TreeGraph] = {}
         self._iterations: dict[tuple[object, ...], VerifyExtendGraph] = {}
@@ -447,54 +430,6 @@ class GraphRunner:
             return (batch.mode, "padded", padded)
         return (batch.mode, bucket, batch.extend_lens_cpu[0], batch.num_branches, depth)
 
-    def _static_batch(
-        self,
-        batch: ForwardBatch,
-        bucket: int,
-        tokens_per_request: int | None = None,
-        ragged: bool = False,
-    ) -> ForwardBatch:
-        """Zeroed buffers of ``batch``'s shape padded to ``bucket`` requests (of
-        ``tokens_per_request`` tokens each where given, else ``batch``'s; ``ragged``:
-        ``tokens_per_request`` tokens in all, held by the first request)."""
-        device = batch.input_ids.device
-        n = tokens_per_request or batch.extend_lens_cpu[0]
-        tokens = n if ragged else bucket * n
-        lens = (n,) + (0,) * (bucket - 1) if ragged else (n,) * bucket
-        long = dict(dtype=torch.int64, device=device)
-        tree_mask = None
-        if batch.tree_mask is not None:
-            # padded requests see only themselves: any mask with a true diagonal would do
-            if self.runner.tree_mask_mode == TreeMaskMode.BIT_PACKED:  # [B, N] words
-                node = torch.arange(n, **long)
-                words = (torch.ones_like(node) << node).to(batch.tree_mask.dtype)
-                tree_mask = words.expand(bucket, n).contiguous()
-            else:  # tree-block [B, N, N]
-                eye = torch.eye(n, dtype=batch.tree_mask.dtype, device=device)
-                tree_mask = eye.expand(bucket, n, n).contiguous()
-        draft_kv_slots = None
-        if batch.draft_kv_slots is not None:
-            depth = batch.draft_kv_slots.shape[1]
-            draft_kv_slots = torch.full(
-                (tokens, depth), self.pad_slot, dtype=batch.draft_kv_slots.dtype, device=device
-            )
-        return ForwardBatch(
-            mode=batch.mode,
-            input_ids=torch.zeros(tokens, **long),
-            positions=torch.zeros(tokens, **long),
-            req_pool_indices=torch.zeros(bucket, **long),
-            prefix_lens=torch.zeros(bucket, **long),
-            extend_lens=torch.tensor(lens, **long),
-            out_cache_loc=torch.full(
-                (tokens,), self.pad_slot, dtype=batch.out_cache_loc.dtype, device=device
-            ),
-            prefix_lens_cpu=(0,) * bucket,
-            extend_lens_cpu=lens,
-            tree_mask=tree_mask,
-            draft_kv_slots=draft_kv_slots,
-            num_branches=batch.num_branches,
-        )
-
     def _capture_forward(
         self,
         batch: ForwardBatch,
@@ -503,74 +438,28 @@ class GraphRunner:
         hidden: torch.Tensor | None,
         body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
         padded: int | None = None,
-    ) -> _CapturedForward:
-        """Capture ``body`` over a static batch of ``bucket`` requests (``padded``: that
-        many tokens, in one request unless ``attn`` has ``ragged_extend_graphs``)."""
+    ) -> CapturedForward:
+        """``CapturedForward.capture`` of ``body`` over ``bucket`` requests (``padded``: a
+        token bucket's tokens), with ``attn``'s graph state initialised first."""
         self._init_graph_state(attn)
-        ragged = padded is not None and attn.ragged_extend_graphs
-        static = self._static_batch(batch, bucket, padded, ragged)
-        hidden_in = None
-        if hidden is not None:
-            hidden_in = hidden.new_zeros(static.num_tokens, *hidden.shape[1:])
-        static.attn_metadata = attn.plan_for_capture(static)
-        with self.capture.warmup():  # compiles kernels and settles lazy state off-graph
-            body(static, hidden_in)
-        graph = self.capture.new_graph()
-        outputs = self.capture.record(graph, lambda: body(static, hidden_in))
-        return _CapturedForward(graph, static, hidden_in, outputs,
-                                padded or batch.extend_lens_cpu[0], padded=padded is not None,
-                                ragged=ragged)
+        return CapturedForward.capture(
+            self.capture, batch, bucket, attn, hidden, body, pad_slot=self.pad_slot,
+            tree_mask_mode=self.runner.tree_mask_mode, padded=padded,
+        )
 
     def _replay(
         self,
-        entry: _CapturedForward,
+        entry: CapturedForward,
         batch: ForwardBatch,
         hidden: torch.Tensor | None,
         attn: AttentionBackend,
     ) -> tuple[torch.Tensor, ...]:
-        static = entry.batch
-        size, tokens = batch.batch_size, batch.num_tokens
-        stale = entry.filled > size  # a larger batch left real rows and slots behind
-        # a token bucket's longer last run left real slots where padding now goes
-        stale_tokens = entry.filled_tokens > tokens
-        entry.filled, entry.filled_tokens = size, tokens
-        static.input_ids[:tokens].copy_(batch.input_ids)
-        static.positions[:tokens].copy_(batch.positions)
-        static.req_pool_indices[:size].copy_(batch.req_pool_indices)
-        static.prefix_lens[:size].copy_(batch.prefix_lens)
-        static.out_cache_loc[:tokens].copy_(batch.out_cache_loc)
-        if stale:
-            static.req_pool_indices[size:].zero_()
-            static.prefix_lens[size:].zero_()
-        if stale or stale_tokens:
-            static.out_cache_loc[tokens:].fill_(self.pad_slot)
-        extend_lens = static.extend_lens_cpu
-        if entry.ragged:  # the real requests, then one holding the padding tokens
-            padding = static.num_tokens - tokens
-            extend_lens = (*batch.extend_lens_cpu, padding) + (0,) * (static.batch_size - size - 1)
-            static.extend_lens.copy_(self.runner.upload(extend_lens)[0])  # (pinned)
-        if static.tree_mask is not None and batch.tree_mask is not None:
-            rows = static.tree_mask[:size]
-            rows.copy_(batch.tree_mask.reshape(rows.shape))
-        if static.draft_kv_slots is not None and batch.draft_kv_slots is not None:
-            static.draft_kv_slots[:tokens].copy_(batch.draft_kv_slots)
-            if stale:
-                static.draft_kv_slots[tokens:].fill_(self.pad_slot)
-        if entry.hidden_in is not None and hidden is not None:
-            entry.hidden_in[:tokens].copy_(hidden)
-        view = dataclasses.replace(
-            static,
-            prefix_lens_cpu=tuple(batch.prefix_lens_cpu) + (0,) * (static.batch_size - size),
-            extend_lens_cpu=extend_lens,
-        )
-        assert static.attn_metadata is not None
-        attn.plan_for_replay(view, static.attn_metadata)
-        entry.graph.replay(attn.replay_host_updates(view, static.attn_metadata))
+        outputs = entry.replay(batch, hidden, attn, self.runner.upload)
         if entry.padded:
             self.prefill_replays += 1
         else:
             self.replays += 1
-        return tuple(out[:tokens].clone() for out in entry.outputs)
+        return outputs
 
 
 def _flatten_output(output: Any) -> tuple[torch.Tensor, ...]:
