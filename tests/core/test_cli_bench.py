@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from eagle_hal import select_backend
-from eagle_hal.commands import bench
+from eagle_hal.commands import bench, bench_warmup
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 MTBENCH = Path("/work/shared/data/mt_bench_question.jsonl")
@@ -132,7 +132,7 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
                           max_batch_size=4, max_context=256, seed=0)
     assert llm.runner.enable_graphs()
     smaller = sorted((b for b in llm.runner.graphs.buckets if b < 4), reverse=True)
-    assert bench.warm_up_sizes(llm, 4) == [4, *smaller] and 1 in smaller
+    assert bench_warmup.warm_up_sizes(llm, 4) == [4, *smaller] and 1 in smaller
     graphs_at_call = []
     generate = llm.generate
 
@@ -345,7 +345,7 @@ def test_kernel_compiles_are_counted_and_named_then_the_hook_restored():
 
     knobs.jit_post_compile_hook = mine
     try:
-        with bench._KernelCompiles() as compiles:
+        with bench_warmup.KernelCompiles() as compiles:
             for name in ("attend[num_warps=4](T: i32)", "merge[num_warps=1](T: i32)"):
                 knobs.jit_post_compile_hook(key=(), repr=name, fn=None, compile={},
                                             is_manual_warmup=False, already_compiled=False)
