@@ -49,6 +49,10 @@ DATA_ARGS = [
     "16",
     "--validation-fraction",
     "0.25",
+    # the fixture's 16 conversations as this test was written for (before the default
+    # became ``broad``): on the tiny random target, 60 steps cut this data's loss by 20 %
+    "--prompt-openers",
+    "builtin",
 ]
 TRAIN_ARGS = [
     "--steps",

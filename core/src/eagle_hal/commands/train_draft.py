@@ -107,10 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--validation-fraction", type=float, default=0.05)
     data.add_argument(
         "--prompt-openers",
-        default="builtin",
-        help="openers that steer the kind of user prompt the target writes: 'builtin' (a "
-        "generic list, see selfdistill.BUILTIN_PROMPT_OPENERS), 'broad' (a longer one over "
-        "more kinds of request, selfdistill.BROAD_PROMPT_OPENERS), 'none' (free prompts only), "
+        default="broad",
+        help="openers that steer the kind of user prompt the target writes: 'broad' (the "
+        "default: many kinds of request, selfdistill.BROAD_PROMPT_OPENERS), 'builtin' (a "
+        "shorter list, selfdistill.BUILTIN_PROMPT_OPENERS), 'none' (free prompts only), "
         "or a UTF-8 text file with one opener a line (an empty line = a free prompt)",
     )
     data.add_argument(
