@@ -21,6 +21,7 @@ from eagle_hal.hal.sampling import NO_NODE, SamplingOps, TreeShape, TreeStep, Ve
 __all__ = [
     "DraftInputs",
     "DraftState",
+    "DraftStates",
     "chain_layout",
     "chain_tree",
     "draft_chain",
@@ -35,6 +36,41 @@ class DraftState(NamedTuple):
     topk_probs: torch.Tensor  # [K] float32 draft probabilities of the root's children
     topk_ids: torch.Tensor  # [K] int64 their target-vocabulary token ids
     hidden: torch.Tensor  # [H] the draft's output hidden state at the last position
+
+
+class DraftStates:
+    """Every running request's ``DraftState``, as the last draft extend (eager, or inside an
+    overlapped iteration's graph) left it. A batch's extend leaves one stacked state; each
+    of its requests keeps a row of it, and the whole stack is handed back as it is while
+    the same batch, in the same order, asks again (the usual case)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[int, tuple[DraftState, int]] = {}  # request -> (stacked state, row)
+        self._batch: tuple[tuple[int, ...], DraftState] | None = None
+
+    def store(self, request_ids: Sequence[int], state: DraftState,
+              kept: Sequence[bool] | None = None) -> None:
+        """``state`` (stacked ``[B, ...]``) for requests ``request_ids`` in its row order;
+        ``kept``: only the rows marked true (the others' requests left the batch)."""
+        keep = [True] * len(request_ids) if kept is None else list(kept)
+        # a batch with rows dropped no longer describes anyone's state as a batch
+        self._batch = (tuple(request_ids), state) if all(keep) else None
+        for row, (request_id, k) in enumerate(zip(request_ids, keep)):
+            if k:
+                self._rows[request_id] = (state, row)
+
+    def stacked(self, request_ids: Sequence[int]) -> DraftState:
+        """The states of ``request_ids`` stacked ``[B, ...]`` in that order."""
+        key = tuple(request_ids)
+        if self._batch is not None and self._batch[0] == key:
+            return self._batch[1]
+        parts = [self._rows[i] for i in key]
+        return DraftState(*(torch.stack([s[i][b] for s, b in parts]) for i in range(3)))
+
+    def drop(self, request_id: int) -> None:
+        """Forget a request (finished or preempted); the batch's stack goes with it."""
+        self._rows.pop(request_id, None)
+        self._batch = None
 
 
 class DraftInputs(NamedTuple):

@@ -226,7 +226,7 @@ def decode_speculative_overlapped(
             [r.cached_len for r in requests], [r.output_ids[-1] for r in requests], rows,
             [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size,
         )
-        state = worker._draft_states(requests)
+        state = worker.draft_states(requests)
     launch = _launch(
         worker, requests, rows, bounds, steps, reserve, width, sampling,
         (rows_t, seq_t, roots, nodes_t, branches_t, width_t), state,
@@ -375,12 +375,5 @@ def _apply(
         limit = request.cached_len + reserve
         if table.length(request.table_row) > limit:
             table.truncate(request.table_row, limit)
-    if all(kept):
-        key = tuple(r.request_id for r in flight.requests)
-        worker._batch_state = (key, flight.state_next)
-    else:  # the stacked state of the whole batch no longer describes anyone's as a batch
-        worker._batch_state = None
-    for b, (request, k) in enumerate(zip(flight.requests, kept)):
-        if k:
-            worker._state[request.request_id] = (flight.state_next, b)
+    worker.states.store([r.request_id for r in flight.requests], flight.state_next, kept)
     return emitted

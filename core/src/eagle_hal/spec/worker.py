@@ -49,7 +49,13 @@ from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.adaptive import AdaptiveController
 from eagle_hal.spec.catchup import CatchUpTotals, PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree, single_node_tree
+from eagle_hal.spec.drafting import (
+    DraftInputs,
+    DraftState,
+    DraftStates,
+    draft_tree,
+    single_node_tree,
+)
 from eagle_hal.spec import speculative_overlap
 from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight, drain
 from eagle_hal.spec.reports import ControllerReports
@@ -117,8 +123,7 @@ class EagleWorker:
         self.reports = ControllerReports()  # the accounts between controller reports
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
-        self._state: dict[int, tuple[DraftState, int]] = {}  # request -> (batch state, row)
-        self._batch_state: tuple[tuple[int, ...], DraftState] | None = None
+        self.states = DraftStates()  # what the last draft extend left for each request
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._pending = PendingDraftInputs()  # what the draft missed while S = 0
         self.catch_ups = CatchUpTotals()  # catch-ups run and the tokens they extended over
@@ -164,9 +169,8 @@ class EagleWorker:
         return [(request, [token]) for request, token in drain(self)]
 
     def release(self, request: Request) -> None:
-        self._state.pop(request.request_id, None)
+        self.states.drop(request.request_id)
         self._pending.drop(request.request_id)
-        self._batch_state = None
         self._sampling_cache = None
 
     def steps_for(self, batch_size: int) -> int:
@@ -316,7 +320,7 @@ class EagleWorker:
             inputs = DraftInputs(
                 rows, seq_lens, rows_t, seq_t, branches_t, slots,
                 positions_t.view(max(steps - 1, 0), batch_size * topk), roots,
-                self._draft_states(requests),
+                self.draft_states(requests),
             )
             tree = draft_tree(runner, ops, shape, inputs)
         else:
@@ -446,7 +450,7 @@ class EagleWorker:
 
     def draft_states(self, requests: Sequence[Request]) -> DraftState:
         """The requests' draft states as the last draft extend left them, stacked ``[B, ...]``."""
-        return self._draft_states(requests)
+        return self.states.stacked([r.request_id for r in requests])
 
     def _draft_extend(
         self,
@@ -470,20 +474,7 @@ class EagleWorker:
         else:
             last_hidden = hidden_out[torch.cumsum(batch.extend_lens, 0) - 1]
         probs, ids = runner.draft.topk(last_hidden, self.spec.topk)  # [B, K]
-        state = DraftState(probs, ids, last_hidden)
-        key = tuple(r.request_id for r in requests)
-        self._batch_state = (key, state)
-        for b, request in enumerate(requests):
-            self._state[request.request_id] = (state, b)
-
-    def _draft_states(self, requests: Sequence[Request]) -> DraftState:
-        """The requests' draft states stacked ``[B, ...]``; free when they are the batch of
-        the last draft extend, in the same order (the usual case)."""
-        key = tuple(r.request_id for r in requests)
-        if self._batch_state is not None and self._batch_state[0] == key:
-            return self._batch_state[1]
-        parts = [self._state[r.request_id] for r in requests]
-        return DraftState(*(torch.stack([s[i][b] for s, b in parts]) for i in range(3)))
+        self.states.store([r.request_id for r in requests], DraftState(probs, ids, last_hidden))
 
     def _row(self, request: Request) -> int:
         if request.table_row is None:
