@@ -28,8 +28,9 @@ from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
 
-__all__ = ["CapturedForward", "static_batch"]
+__all__ = ["Body", "CapturedForward", "static_batch"]
 
+# what a captured forward runs: (static batch, static input features or None) -> outputs
 Body = Callable[[ForwardBatch, "torch.Tensor | None"], tuple[torch.Tensor, ...]]
 
 

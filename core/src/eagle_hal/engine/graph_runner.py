@@ -51,14 +51,14 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.chain_graph import ChainGraph
-from eagle_hal.engine.forward_graph import CapturedForward
+from eagle_hal.engine.forward_graph import Body, CapturedForward
 from eagle_hal.engine.iteration_graph import VerifyExtendGraph
 from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
@@ -436,7 +436,7 @@ class GraphRunner:
         bucket: int,
         attn: AttentionBackend,
         hidden: torch.Tensor | None,
-        body: Callable[[ForwardBatch, torch.Tensor | None], tuple[torch.Tensor, ...]],
+        body: Body,
         padded: int | None = None,
     ) -> CapturedForward:
         """``CapturedForward.capture`` of ``body`` over ``bucket`` requests (``padded``: a
