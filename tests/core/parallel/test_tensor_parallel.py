@@ -13,6 +13,7 @@ import torch
 
 from eagle_hal.parallel import ParallelContext
 from eagle_hal.parallel.checks import DEFAULT_SCENARIOS, run_scenario, run_sharded
+from eagle_hal.parallel.launch import RankFailed
 
 SCENARIOS = {s.name: s for s in DEFAULT_SCENARIOS}
 GREEDY = [s.name for s in DEFAULT_SCENARIOS if s.params.greedy]
@@ -21,8 +22,19 @@ PLAIN_OF = {"near_bigram": "plain", "random": "random_plain"}
 
 @pytest.fixture(scope="module")
 def ranks():
-    """Every scenario's results on rank 0 and rank 1 (one spawn for the module)."""
-    return run_sharded(DEFAULT_SCENARIOS, world_size=2, device="cpu")
+    """Every scenario's results on rank 0 and rank 1 (one spawn for the module).
+
+    A rank killed by a signal gets one more spawn: twice in full CPU test runs (the
+    thirteenth and fourteenth sessions' CI) a gloo rank aborted ("terminate called without
+    an active exception", SIGABRT) and the next run of the same tests passed; it has not
+    reproduced alone, 9 runs of this module under load included. A rank that raises, or
+    dies twice, still fails every test here."""
+    try:
+        return run_sharded(DEFAULT_SCENARIOS, world_size=2, device="cpu")
+    except RankFailed as error:
+        if "signal" not in str(error):
+            raise
+        return run_sharded(DEFAULT_SCENARIOS, world_size=2, device="cpu")
 
 
 @pytest.fixture(scope="module")
