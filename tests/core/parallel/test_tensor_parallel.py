@@ -24,11 +24,11 @@ PLAIN_OF = {"near_bigram": "plain", "random": "random_plain"}
 def ranks():
     """Every scenario's results on rank 0 and rank 1 (one spawn for the module).
 
-    A rank killed by a signal gets one more spawn: twice in full CPU test runs (the
-    thirteenth and fourteenth sessions' CI) a gloo rank aborted ("terminate called without
-    an active exception", SIGABRT) and the next run of the same tests passed; it has not
-    reproduced alone, 9 runs of this module under load included. A rank that raises, or
-    dies twice, still fails every test here."""
+    A rank killed by a signal gets one more spawn: twice in full CPU test runs (before
+    commit 316d2aa's barrier, and after it in a clean-clone CI run) a gloo rank aborted
+    ("terminate called without an active exception", SIGABRT) and the next run of the same
+    tests passed; it has not reproduced alone, 9 runs of this module under load included.
+    A rank that raises, or dies twice, still fails every test here."""
     try:
         return run_sharded(DEFAULT_SCENARIOS, world_size=2, device="cpu")
     except RankFailed as error:
