@@ -133,14 +133,14 @@ def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
     assert llm.runner.enable_graphs()
     smaller = sorted((b for b in llm.runner.graphs.buckets if b < 4), reverse=True)
     assert bench_warmup.warm_up_sizes(llm, 4) == [4, *smaller] and 1 in smaller
-    graphs_at_call = []
-    generate = llm.generate
+    graphs_at_call = []  # graphs held when the timed run starts
+    stream = llm.stream
 
-    def counting_generate(prompts, params):
+    def counting_stream(prompts, params):
         graphs_at_call.append(llm.runner.graphs.num_graphs)
-        return generate(prompts, params)
+        yield from stream(prompts, params)
 
-    llm.generate = counting_generate
+    llm.stream = counting_stream
     # 4, then 1; the last prompt's length is new to the timed run (its prefill runs eagerly)
     prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32, 33, 34]]
     row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
@@ -235,7 +235,7 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     assert llm.runner.enable_graphs()
     prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21]]
     worker, depths, generations = llm.worker, [], []
-    decode, generate = worker.decode, llm.generate
+    decode, generate, stream = worker.decode, llm.generate, llm.stream
 
     def counting_decode(requests):
         if generations[-1]:  # a timed run (the warm-up passes other prompt lists)
@@ -244,15 +244,19 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
 
     timed = []  # (tokens, seconds) of each timed run, measured around the bench's call
 
-    def counting_generate(batch, params):
+    def counting_generate(batch, params):  # the warm-up's way in
+        generations.append(batch is prompts)
+        return generate(batch, params)
+
+    def counting_stream(batch, params):  # the timed runs' way in
         generations.append(batch is prompts)
         start = time.perf_counter()
-        outputs = generate(batch, params)
+        yield from stream(batch, params)
         if batch is prompts:
-            timed.append((sum(o.num_tokens for o in outputs), time.perf_counter() - start))
-        return outputs
+            timed.append((sum(o.num_tokens for o in llm.last_outputs),
+                          time.perf_counter() - start))
 
-    worker.decode, llm.generate = counting_decode, counting_generate
+    worker.decode, llm.generate, llm.stream = counting_decode, counting_generate, counting_stream
     row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 2, split=False,
                          repeats=3)
     runs = row["tokens_per_s_runs"]
@@ -308,7 +312,7 @@ def test_timed_catch_ups_are_reported():
     prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21]]
     worker, timed, seen = llm.worker, [], [0, 0]
     worker.controller = Scripted()
-    catch_up, generate = worker.catch_up, llm.generate
+    catch_up, generate, stream = worker.catch_up, llm.generate, llm.stream
 
     def counting_catch_up(requests):
         lags = sum(worker._pending.lag(r.request_id) for r in requests)
@@ -317,11 +321,15 @@ def test_timed_catch_ups_are_reported():
             seen[0], seen[1] = seen[0] + 1, seen[1] + lags
         return caught
 
-    def marking_generate(batch, params):
-        timed.append(batch is prompts and not worker.timed)  # not the split pass
+    def marking_generate(batch, params):  # the warm-up and the split pass
+        timed.append(False)
         return generate(batch, params)
 
-    worker.catch_up, llm.generate = counting_catch_up, marking_generate
+    def marking_stream(batch, params):  # the timed runs
+        timed.append(batch is prompts)
+        yield from stream(batch, params)
+
+    worker.catch_up, llm.generate, llm.stream = counting_catch_up, marking_generate, marking_stream
     row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=12), 2, split=True,
                          repeats=2)
     assert seen[0] > 0
@@ -355,3 +363,50 @@ def test_kernel_compiles_are_counted_and_named_then_the_hook_restored():
         assert knobs.jit_post_compile_hook is mine  # and is back in place
     finally:
         knobs.jit_post_compile_hook = before
+
+
+def test_mode_spec_reads_each_modes_own_settings():
+    """``kind:S…K…N…`` in any order and case; bad settings name the mode and the rule."""
+    assert bench.mode_spec("plain") == ("plain", {})
+    assert bench.mode_spec("tree:S8K4N48") == ("tree", {"S": 8, "K": 4, "N": 48})
+    assert bench.mode_spec("chain:s5") == ("chain", {"S": 5})
+    assert bench.mode_spec("adaptive:N12K3") == ("adaptive", {"N": 12, "K": 3})
+    for bad, message in [("tree:", "settings must read"), ("tree:S8x", "settings must read"),
+                         ("tree:Q3", "not one of S, K, N"), ("tree:S3S4", "not one of S, K, N"),
+                         ("tree:8", "settings must read")]:
+        with pytest.raises(ValueError, match=message):
+            bench.mode_spec(bad)
+    config = bench.BenchConfig(steps=5, topk=4, draft_tokens=16)
+    tree = config.spec_for("tree:S8N48")
+    assert (tree.num_steps, tree.topk, tree.draft_tokens, tree.adaptive) == (8, 4, 48, False)
+    chain = config.spec_for("chain:S3")
+    assert (chain.num_steps, chain.topk, chain.draft_tokens) == (3, 1, 4)
+    assert config.spec_for("adaptive:K2N8").adaptive
+    for bad, message in [(("plain:S2",), "takes no spec"), (("chain:S3K2",), "a chain has K = 1"),
+                         (("tree:S2K2N40",), "num_draft_tokens=40"),
+                         (("tree:S2", "tree:S2"), "more than once"), (("fast:S2",), "unknown modes")]:
+        with pytest.raises(ValueError, match=message):
+            bench.BenchConfig(modes=bad)
+
+
+def test_modes_with_their_own_settings_run_as_given_next_to_plain():
+    """Two trees of different depths, a chain, and plain listed after them: each row runs
+    its own settings (oracle: the depths the worker ran; the verify passes of a chain of S
+    never accept more than S + 1 tokens), reproduces plain decoding, and gets a speedup
+    over plain although plain was measured last."""
+    target = near_bigram_target(seed=5)
+    modes = ("chain:S3", "tree:S2K2N4", "tree:S3K2N6", "plain")
+    config = bench.BenchConfig(modes=modes, batch_sizes=(1,), max_new_tokens=10, steps=5,
+                               topk=4, draft_tokens=16, repeats=1, split_timing=False)
+    rows = bench.benchmark(select_backend("cpu"), target, matching_eagle1(target, noise=0.02),
+                           [[1, 2, 3], [7, 8, 9]], config)
+    assert [r["mode"] for r in rows] == list(modes)
+    expected = {"chain:S3": (3, 1, 4), "tree:S2K2N4": (2, 2, 4), "tree:S3K2N6": (3, 2, 6),
+                "plain": (0, 1, 1)}
+    for row in rows:
+        spec = row["spec"]
+        assert (spec["steps"], spec["topk"], spec["draft_tokens"]) == expected[row["mode"]]
+        assert set(row["iterations_at_depth"]) == {str(spec["steps"])}
+        assert row["same_as_plain"] and "speedup" in row
+    chain = rows[0]
+    assert 1.0 < chain["accept_length"] <= 4.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import statistics
 import sys
 import time
@@ -33,15 +34,18 @@ from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
 
-__all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "run"]
+__all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "mode_spec", "run"]
 
 MODES = ("plain", "chain", "tree", "adaptive")
+PROGRESS_EVERY_S = 30.0  # a timed run says how far it is at most this often
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BenchConfig:
     """What to measure. Spec settings: ``chain`` is (steps, 1, steps + 1); ``tree`` and
-    ``adaptive`` are (steps, topk, draft_tokens), adaptive choosing S per batch bucket."""
+    ``adaptive`` are (steps, topk, draft_tokens), adaptive choosing S per batch bucket. A
+    mode may carry its own settings after a colon (``mode_spec``): ``chain:S5``,
+    ``tree:S8K4N48``; the same kind may then appear more than once."""
 
     modes: tuple[str, ...] = MODES
     batch_sizes: tuple[int, ...] = (1,)
@@ -55,22 +59,55 @@ class BenchConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        unknown = set(self.modes) - set(MODES)
+        unknown = {m.partition(":")[0] for m in self.modes} - set(MODES)
         if unknown or not self.modes:
             raise ValueError(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
+        repeated = sorted(m for m, n in Counter(self.modes).items() if n > 1)
+        if repeated:
+            raise ValueError(f"modes {repeated} are given more than once")
+        for mode in self.modes:
+            self.spec_for(mode)  # every mode's settings valid before anything loads
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
         if self.repeats < 1:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
 
     def spec_for(self, mode: str) -> Any:
+        """The ``SpecConfig`` of ``mode``: its own settings (``mode_spec``) over the run's."""
         from eagle_hal.spec.config import SpecConfig
 
-        if mode == "plain":
+        kind, given = mode_spec(mode)
+        steps = given.get("S", self.steps)
+        if kind == "plain":
+            if given:
+                raise ValueError(f"mode {mode!r}: plain decoding takes no spec settings")
             return SpecConfig(num_steps=0)
-        if mode == "chain":
-            return SpecConfig(num_steps=self.steps, topk=1)
-        return SpecConfig(self.steps, self.topk, self.draft_tokens, adaptive=mode == "adaptive")
+        if kind == "chain":
+            if given.get("K", 1) != 1:
+                raise ValueError(f"mode {mode!r}: a chain has K = 1")
+            return SpecConfig(num_steps=steps, topk=1, num_draft_tokens=given.get("N"))
+        return SpecConfig(steps, given.get("K", self.topk), given.get("N", self.draft_tokens),
+                          adaptive=kind == "adaptive")
+
+
+def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
+    """Split a mode as given to ``--modes`` into its kind and its own spec settings:
+    ``"tree:S8K4N48"`` -> ``("tree", {"S": 8, "K": 4, "N": 48})``; ``"plain"`` ->
+    ``("plain", {})``. S is the draft depth, K the branches, N the verify tokens; any may
+    be left out (the run's ``--spec-*`` values apply), none given twice."""
+    kind, colon, settings = mode.partition(":")
+    given: dict[str, int] = {}
+    if colon:
+        parts = re.findall(r"([A-Za-z])(\d+)", settings)
+        if not parts or "".join(k + v for k, v in parts) != settings:
+            raise ValueError(f"mode {mode!r}: settings must read like S8K4N48 (S depth, "
+                             f"K branches, N verify tokens), got {settings!r}")
+        for key, value in parts:
+            key = key.upper()
+            if key not in "SKN" or key in given:
+                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N once each")
+            given[key] = int(value)
+    return kind, given
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,7 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1", help="comma-separated, e.g. 1,2,4,8")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
-                        + ",".join(MODES))
+                        + ",".join(MODES) + "; each may carry its own spec settings, "
+                        "e.g. plain,chain:S5,tree:S8K4N48")
     parser.add_argument("--spec-steps", type=int, default=5)
     parser.add_argument("--spec-topk", type=int, default=4, help="branches for tree/adaptive")
     parser.add_argument("--spec-draft-tokens", type=int, default=16)
@@ -132,12 +170,22 @@ class _Measurement:
         self.kernels: list[str] = []
 
     def run_once(self) -> float:
-        """One timed generation of the prompts; returns its tokens/s."""
-        backend = self.llm.backend
+        """One timed generation of the prompts; returns its tokens/s. A run longer than
+        ``PROGRESS_EVERY_S`` says how many prompts have finished as it goes (checked only
+        when one finishes, so the timing pays nothing per iteration)."""
+        backend, total = self.llm.backend, len(self.prompts)
         with KernelCompiles() as compiles:
             backend.synchronize()
             start = time.perf_counter()
-            self.outputs = self.llm.generate(self.prompts, self.params)
+            said, finished = start, 0
+            for delta in self.llm.stream(self.prompts, self.params):
+                if delta.finished:
+                    finished += 1
+                    now = time.perf_counter()
+                    if now - said > PROGRESS_EVERY_S and finished < total:
+                        _progress(f"  {finished}/{total} prompts done, {now - start:.0f} s")
+                        said = now
+            self.outputs = self.llm.last_outputs
             backend.synchronize()
             self.durations.append(time.perf_counter() - start)
         if compiles.count is not None:
@@ -252,15 +300,19 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
                 _progress(f"bench: {mode}, batch size {batch_size}, {len(batch_prompts)} "
                           f"prompts x {config.max_new_tokens} tokens, run {repeat + 1}/"
                           f"{config.repeats}: {rate:.1f} tokens/s")
-        plain: dict[str, Any] | None = None
+        batch_rows = []
         for mode in modes:
             measurement = measuring.pop(mode)
-            row = {"mode": mode, "batch_size": batch_size,
-                   "graphs": measurement.graphs,
-                   **measurement.row(config.split_timing)}
+            spec = config.spec_for(mode)
+            batch_rows.append({"mode": mode, "batch_size": batch_size,
+                               "spec": {"steps": spec.num_steps, "topk": spec.topk,
+                                        "draft_tokens": spec.draft_tokens,
+                                        "adaptive": spec.adaptive},
+                               "graphs": measurement.graphs,
+                               **measurement.row(config.split_timing)})
             del measurement
-            if mode == "plain":
-                plain = row
+        plain = next((r for r in batch_rows if r["mode"] == "plain"), None)
+        for row, mode in zip(batch_rows, modes):
             if plain is not None and plain["tokens_per_s"]:
                 row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
                 row["same_as_plain"] = row["token_ids"] == plain["token_ids"]
