@@ -6,8 +6,20 @@ first samples, then an exponential one). Throughput at S is ``accept(S) / time(S
 tokens per request per second, measured rather than predicted: a tree's acceptance is
 not the chain formula's, and the cost of drafting depends on the batch.
 
+* Memory: the time forgets quickly (``ema``; a probe's samples outweigh older ones), the
+  accept length slowly: over ``accept_memory`` request-iterations (1,024: 1,024
+  iterations at batch 1, 16 at batch 64). At batch 1 one iteration's accept length is
+  anything from 1 to S + 1 and each prompt has its own acceptance, so an accept length
+  resting on a few iterations of one prompt is noise: on the H200 (lease AN, head D) the
+  controller rated S = 5 below S = 0 and ran S = 0 at 1.06x plain decoding, while a
+  fixed S = 5 tree ran 1.21x. A collapse is still seen at once: when the recent accept
+  length (``ema``, at least ``regime_samples`` samples) leaves the band ``regime_ratio``
+  ... ``1 / regime_ratio`` times the long one, the long one restarts from the recent one.
+  Prompts of different acceptance move a depth's accept length by well under 3x; a draft
+  that stops matching the target moves it more (5.5 to 1.0 at S = 5).
+
 * Warm-up: the first bucket runs every candidate, deepest first, for ``warmup_iterations``
-  timed iterations each (after one untimed settling iteration that absorbs graph capture
+  (8) timed iterations each (after one untimed settling iteration that absorbs graph capture
   and similar one-off costs), then settles on the depth with the best throughput. A later
   bucket starts at its nearest settled neighbour's depth and learns its own by probing
   (batches pass through many sizes as requests finish).
@@ -73,9 +85,11 @@ def infer_acceptance_rate(accept_length: float, steps: int) -> float | None:
 class _DepthStats:
     """Moving averages of one depth in one bucket."""
 
-    accept: float = 0.0
+    accept: float = 0.0  # recent accept length (the same memory as ``seconds``)
     seconds: float = 0.0
-    samples: int = 0  # timed samples folded in
+    samples: int = 0  # timed samples folded in (cut back to a few when a probe starts)
+    accept_long: float = 0.0  # accept length over up to ``accept_memory`` samples
+    long_samples: int = 0
     seen: int = 0  # iterations observed, the untimed settling one included
     rejected: int = 0  # outliers left out in a row (see AdaptiveController.outlier)
 
@@ -83,7 +97,7 @@ class _DepthStats:
     def throughput(self) -> float | None:
         if self.samples == 0 or self.seconds <= 0:
             return None
-        return self.accept / self.seconds
+        return self.accept_long / self.seconds
 
 
 @dataclasses.dataclass(slots=True)
@@ -108,18 +122,23 @@ class AdaptiveController:
         ema: float = 0.9,
         hysteresis: float = 0.05,
         buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
-        warmup_iterations: int = 2,
+        warmup_iterations: int = 8,
         probe_interval: int = 64,
         max_probe_interval: int = 256,
         probe_iterations: int = 2,
         probe_budget: float = 0.02,
         outlier: float = 4.0,
         max_rejected: int = 2,
+        accept_memory: int = 1024,
+        regime_ratio: float = 0.3,
+        regime_samples: int = 8,
     ) -> None:
         if not candidates or any(s < 0 for s in candidates):
             raise ValueError("the adaptive controller needs candidate depths S >= 0")
         if not 0.0 < ema < 1.0:
             raise ValueError(f"ema must lie in (0, 1), got {ema}")
+        if accept_memory < 1 or not 0.0 < regime_ratio < 1.0 or regime_samples < 1:
+            raise ValueError("accept_memory and regime_samples must be >= 1, regime_ratio in (0, 1)")
         if warmup_iterations < 1 or probe_interval < 1 or probe_iterations < 1:
             raise ValueError("warmup_iterations, probe_interval and probe_iterations must be >= 1")
         self.candidates = tuple(sorted(set(candidates)))
@@ -133,6 +152,8 @@ class AdaptiveController:
         self.probe_budget = probe_budget
         self.outlier = outlier
         self.max_rejected = max_rejected
+        self.accept_memory = accept_memory
+        self.regime_ratio, self.regime_samples = regime_ratio, regime_samples
         self._buckets: dict[int, _Bucket] = {}
 
     def bucket_of(self, batch_size: int) -> int:
@@ -213,6 +234,14 @@ class AdaptiveController:
             weight = max(1.0 - self.ema, 1.0 / stats.samples)
             stats.accept += weight * (accept_length - stats.accept)
             stats.seconds += weight * (steady - stats.seconds)
+            stats.long_samples += 1
+            memory = max(self.accept_memory / self.bucket_of(batch_size), 1.0 / (1.0 - self.ema))
+            stats.accept_long += max(1.0 / memory, 1.0 / stats.long_samples) * (
+                accept_length - stats.accept_long)
+            if stats.samples >= self.regime_samples and not (
+                    self.regime_ratio * stats.accept_long <= stats.accept
+                    <= stats.accept_long / self.regime_ratio):
+                stats.accept_long, stats.long_samples = stats.accept, stats.samples
         if bucket.settled is not None and steps != bucket.settled:
             bucket.probe_cost += seconds - bucket.stats[bucket.settled].seconds
         elif catch_up_seconds > 0:  # back at the settled depth: the probe's catch-up
@@ -236,7 +265,7 @@ class AdaptiveController:
             bucket.probe_interval = self.probe_interval
             return
         bucket.since_probe += 1
-        if bucket.since_probe >= bucket.probe_interval:
+        if bucket.since_probe >= bucket.probe_interval and len(self.candidates) > 1:
             bucket.since_probe = 0
             probe = self._next_probe(bucket)
             # the probe's samples outweigh older ones: conditions may have changed since
