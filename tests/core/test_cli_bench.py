@@ -410,3 +410,17 @@ def test_modes_with_their_own_settings_run_as_given_next_to_plain():
         assert row["same_as_plain"] and "speedup" in row
     chain = rows[0]
     assert 1.0 < chain["accept_length"] <= 4.0
+
+
+def test_a_long_timed_run_says_how_many_prompts_have_finished(monkeypatch, capsys):
+    """With the progress interval at zero every finished prompt but the last is reported,
+    counted in order (oracle: the number of prompts); the outputs are still every prompt's."""
+    monkeypatch.setattr(bench, "PROGRESS_EVERY_S", 0.0)
+    target = near_bigram_target(seed=5)
+    config = bench.BenchConfig(modes=("plain",), batch_sizes=(1,), max_new_tokens=4,
+                               repeats=1, split_timing=False)
+    prompts = [[1, 2, 3], [7, 8, 9], [20, 21], [5, 6]]
+    rows = bench.benchmark(select_backend("cpu"), target, None, prompts, config)
+    said = [line for line in capsys.readouterr().err.splitlines() if "prompts done" in line]
+    assert [line.split()[0] for line in said] == ["1/4", "2/4", "3/4"]
+    assert rows[0]["output_tokens"] == 4 * len(prompts)
