@@ -10,6 +10,9 @@ each is measured on the same answers, in one process.
     python benchmarks/head_agreement.py --dataset benchmarks/data/mt_bench_question.jsonl \\
         --num-prompts 10 --max-new-tokens 128 --draft default --draft OTHER_HEAD
 
+With ``--per-category N`` (a JSONL file with categories, as MT-bench's) it measures the
+first N questions of each category and adds a line per category.
+
 Fourteenth session (CPU, float32, `make demo`'s prompt + the first 10 MT-bench first turns,
 128 tokens): the previous head (C) 0.457, the shipped head (D) 0.536; target 0.600.
 """
@@ -17,6 +20,8 @@ Fourteenth session (CPU, float32, `make demo`'s prompt + the first 10 MT-bench f
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 import torch
 
@@ -42,6 +47,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--no-demo-prompt", action="store_true",
                         help="leave out `make demo`'s prompt (measured first by default)")
+    parser.add_argument("--per-category", type=int, default=None, metavar="N",
+                        help="the first N questions of every category of a JSONL --dataset "
+                             "(MT-bench: writing, roleplay, ...), with a summary per category")
     args = parser.parse_args()
     drafts = args.draft or ["default"]
     llm = LLM(model=args.model, draft=None, device=args.device, dtype=args.dtype,
@@ -52,12 +60,18 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no head ships for {args.model}: give --draft DIRECTORY")
         heads[name] = load_eagle_head(path, llm.target, dtype=llm.dtype)
-    prompts = ([] if args.no_demo_prompt else [DEMO_PROMPT]) + load_prompts(
-        args.dataset, args.num_prompts)
+    if args.per_category:
+        chosen = by_category(args.dataset, args.per_category)
+    else:
+        chosen = [("all", t) for t in load_prompts(args.dataset, args.num_prompts)]
+    if not args.no_demo_prompt:
+        chosen.insert(0, ("demo", DEMO_PROMPT))
+    prompts = [text for _, text in chosen]
+    per_category: dict[str, list[float]] = {}  # category -> [positions, target p, *hits]
     agree = {name: 0 for name in heads}
     positions, confidence = 0, 0.0
     print(f"{'prompt':<44} {'tokens':>6} {'target p':>8} " + " ".join(f"{n[-18:]:>18}" for n in heads))
-    for text in prompts:
+    for category, text in chosen:
         prompt = llm.encode(text, chat=True)
         answer = llm.generate([prompt], SamplingParams(max_new_tokens=args.max_new_tokens))[0]
         tokens = torch.tensor(prompt + list(answer.token_ids), device=llm.target.device)
@@ -68,18 +82,41 @@ def main() -> None:
             features = target_features(llm.target, tokens[None])[0]
             target_probs = llm.target.compute_logits(features[where + 1]).float().softmax(-1)
             greedy = target_probs.argmax(-1)
-            row = []
+            row, hits_row = [], []
             for name, head in heads.items():
                 out = draft_forward(head, tokens[None, 1:], features[None, :-1])[0]
                 hits = int((head.compute_logits(out[where]).argmax(-1) == greedy).sum())
                 agree[name] += hits
+                hits_row.append(hits)
                 row.append(f"{hits / len(where):>18.3f}")
         positions += len(where)
         confidence += float(target_probs.max(-1).values.sum())
+        totals = per_category.setdefault(category, [0.0] * (2 + len(heads)))
+        for i, value in enumerate([len(where), float(target_probs.max(-1).values.sum()), *hits_row]):
+            totals[i] += value
         print(f"{text[:44]!r:<44} {len(where):>6} {float(target_probs.max(-1).values.mean()):>8.3f} "
               + " ".join(row), flush=True)
+    if args.per_category:
+        for category, (count, sure, *hits) in per_category.items():
+            print(f"{'category ' + category:<44} {int(count):>6} {sure / count:>8.3f} "
+                  + " ".join(f"{h / count:>18.3f}" for h in hits))
     print(f"{'all':<44} {positions:>6} {confidence / positions:>8.3f} "
           + " ".join(f"{agree[n] / positions:>18.3f}" for n in heads))
+
+
+def by_category(path: str, per_category: int) -> list[tuple[str, str]]:
+    """The first ``per_category`` first turns of every category of a JSONL question file,
+    in the file's order of categories."""
+    chosen: dict[str, list[str]] = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            if "category" not in record:
+                raise SystemExit(f"--per-category: {path} has a question without a category")
+            texts = chosen.setdefault(record["category"], [])
+            if len(texts) < per_category:
+                texts.append(str(record["turns"][0]))
+    return [(category, text) for category, texts in chosen.items() for text in texts]
 
 
 if __name__ == "__main__":
