@@ -104,6 +104,8 @@ def test_openers_file(tmp_path):
     path = tmp_path / "openers.txt"
     path.write_text("Write a\n\nSolve\n", encoding="utf-8-sig")
     assert _openers(str(path)) == ("Write a", "", "Solve")
+    path.write_text("Here is a review:\\n\\n\nSolve\n")  # a literal \n: a line break
+    assert _openers(str(path)) == ("Here is a review:\n\n", "Solve")
     assert _openers("builtin") == BUILTIN_PROMPT_OPENERS and _openers("none") == ()
     assert _openers("broad") == BROAD_PROMPT_OPENERS
     assert set(BUILTIN_PROMPT_OPENERS) < set(BROAD_PROMPT_OPENERS)

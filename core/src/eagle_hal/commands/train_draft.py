@@ -62,7 +62,10 @@ def _openers(spec: str) -> tuple[str, ...]:
         raise SystemExit(
             f"--prompt-openers: {spec!r} is neither 'builtin', 'broad', 'none' nor a readable file"
         )
-    openers = tuple(line.strip() for line in path.read_text(encoding="utf-8-sig").splitlines())
+    # a literal \n in a line is a line break of the opener ("Here is a review:\n\n" makes
+    # the target write the passage itself, then the request is about it)
+    openers = tuple(line.strip().replace("\\n", "\n")
+                    for line in path.read_text(encoding="utf-8-sig").splitlines())
     if not openers:
         raise SystemExit(f"--prompt-openers: {spec} holds no line ('none' for free prompts)")
     return openers
@@ -111,7 +114,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="openers that steer the kind of user prompt the target writes: 'broad' (the "
         "default: many kinds of request, selfdistill.BROAD_PROMPT_OPENERS), 'builtin' (a "
         "shorter list, selfdistill.BUILTIN_PROMPT_OPENERS), 'none' (free prompts only), "
-        "or a UTF-8 text file with one opener a line (an empty line = a free prompt)",
+        "or a UTF-8 text file with one opener a line (an empty line = a free prompt; \\n "
+        "= a line break within the opener)",
     )
     data.add_argument(
         "--prompt-temperatures",
