@@ -132,13 +132,9 @@ def test_measured_batch_64_case_is_not_slower_than_plain() -> None:
     model = _CostModel(64, infer_acceptance_rate(2.5, 5), 1e-3, 0.5e-3, 0.5e-3,
                        catch_up_per_token=0.5e-3 / 32)
     controller = AdaptiveController(CANDIDATES)
-    tokens = seconds = 0.0
-    for _ in range(3000):
-        steps = controller.choose(64)
-        accept, spent, catch_up = model.iterate(steps)
-        controller.observe(64, steps, accept, spent, catch_up)
-        tokens, seconds = tokens + accept, seconds + spent
-    assert tokens / seconds >= 0.97 * model.expected_throughput(0)
+    rate = _throughput(model, lambda: controller.choose(64),
+                       lambda *a: controller.observe(64, *a), 3000)
+    assert rate >= 0.97 * model.expected_throughput(0)
 
 
 def test_falls_back_to_zero_when_the_draft_stops_paying() -> None:

@@ -110,6 +110,7 @@ class _Bucket:
     probes: int = 0
     probe_cost: float = 0.0  # seconds the running probe spent beyond the settled depth
     first_probe: int | None = None  # a seeded bucket's early probe, ahead of the round robin
+    accept_memory: float = 1.0  # samples the long accept length spans at this batch size
 
 
 class AdaptiveController:
@@ -165,7 +166,9 @@ class AdaptiveController:
     def _bucket(self, batch_size: int) -> _Bucket:
         key = self.bucket_of(batch_size)
         if key not in self._buckets:
-            self._buckets[key] = self._new_bucket(key)
+            bucket = self._new_bucket(key)
+            bucket.accept_memory = max(self.accept_memory / key, 1.0 / (1.0 - self.ema))
+            self._buckets[key] = bucket
         return self._buckets[key]
 
     def _new_bucket(self, key: int) -> _Bucket:
@@ -235,8 +238,7 @@ class AdaptiveController:
             stats.accept += weight * (accept_length - stats.accept)
             stats.seconds += weight * (steady - stats.seconds)
             stats.long_samples += 1
-            memory = max(self.accept_memory / self.bucket_of(batch_size), 1.0 / (1.0 - self.ema))
-            stats.accept_long += max(1.0 / memory, 1.0 / stats.long_samples) * (
+            stats.accept_long += max(1.0 / bucket.accept_memory, 1.0 / stats.long_samples) * (
                 accept_length - stats.accept_long)
             if stats.samples >= self.regime_samples and not (
                     self.regime_ratio * stats.accept_long <= stats.accept
