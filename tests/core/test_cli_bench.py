@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from eagle_hal import select_backend
 from eagle_hal.commands import bench, bench_warmup
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
@@ -387,6 +388,45 @@ def test_mode_spec_reads_each_modes_own_settings():
                          (("tree:S2", "tree:S2"), "more than once"), (("fast:S2",), "unknown modes")]:
         with pytest.raises(ValueError, match=message):
             bench.BenchConfig(modes=bad)
+
+
+def test_a_mode_may_name_its_draft_vocabulary():
+    """V sets a mode's draft vocabulary; modes without one take the run's; plain takes none."""
+    assert bench.mode_spec("chain:S5V8192") == ("chain", {"S": 5, "V": 8192})
+    config = bench.BenchConfig(modes=("plain", "chain:S5V8192", "chain:S5"), draft_vocab="full")
+    assert config.draft_vocab_for("chain:S5V8192") == 8192
+    assert config.draft_vocab_for("chain:S5") == "full"
+    assert config.spec_for("chain:S5V8192") == config.spec_for("chain:S5")
+    assert bench.BenchConfig(modes=("tree",)).draft_vocab_for("tree") == "default"
+    for bad, message in [(("plain:V8",), "takes no V"), (("chain:V0",), "positive number")]:
+        with pytest.raises(ValueError, match=message):
+            bench.BenchConfig(modes=bad)
+    with pytest.raises(ValueError, match="positive number"):
+        bench.BenchConfig(modes=("chain",), draft_vocab="some")
+
+
+def test_modes_with_their_own_draft_vocabularies_run_side_by_side(tmp_path):
+    """The same chain with the head's default vocabulary, 20 tokens and the whole one, in
+    one run: each row records the size it drafted from (oracle: the file's ranking and the
+    target's vocabulary), every row reproduces plain decoding, and 20 tokens accept less."""
+    from eagle_hal.model.draft_vocab import DraftVocabulary
+
+    target = near_bigram_target(seed=5)
+    counts = torch.arange(target.config.vocab_size, 0, -1)  # token 0 the most frequent
+    DraftVocabulary.from_counts(counts, coverage=1.0).save(tmp_path)
+    modes = ("plain", "chain:S3", "chain:S3V20", "chain:S3Vfull")
+    with pytest.raises(ValueError, match="settings must read"):
+        bench.BenchConfig(modes=modes)
+    modes = ("plain", "chain:S3", "chain:S3V20")
+    config = bench.BenchConfig(modes=modes, batch_sizes=(1,), max_new_tokens=10, repeats=1,
+                               split_timing=False, draft_vocab="full")
+    prompts = [[1, 2, 3], [7, 8, 9], [30, 31]]
+    rows = bench.benchmark(select_backend("cpu"), target, matching_eagle1(target, noise=0.02),
+                           prompts, config, draft_dir=tmp_path)
+    sizes = {r["mode"]: r["draft_vocab_size"] for r in rows}
+    assert sizes == {"plain": None, "chain:S3": 61, "chain:S3V20": 20}
+    assert all(r["same_as_plain"] for r in rows)
+    assert rows[2]["accept_length"] < rows[1]["accept_length"]
 
 
 def test_modes_with_their_own_settings_run_as_given_next_to_plain():

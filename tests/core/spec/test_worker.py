@@ -7,6 +7,7 @@ per token). Targets and heads are tiny random Llamas in float32 on the CPU backe
 from __future__ import annotations
 
 import pytest
+import torch
 
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
 from eagle_hal.api import LLM
@@ -196,3 +197,27 @@ def test_a_swapped_spec_is_the_one_iterations_run(cpu_backend, random_pair):
     plain = LLM.from_models(cpu_backend, target, None, spec=SpecConfig(num_steps=0), seed=0)
     assert chained.token_ids == plain.generate([PROMPTS[0]], params)[0].token_ids
     assert branches and set(branches) == {1}
+
+
+@pytest.mark.parametrize("topk,steps,nodes", [(1, 4, 5), (4, 3, 16)])
+def test_a_draft_vocabulary_changes_no_token(cpu_backend, good_pair, topk, steps, nodes):
+    """A head drafting from part of the vocabulary (``with_vocabulary``) yields plain
+    decoding's tokens and accepts less; the whole vocabulary in another order drafts as
+    the unrestricted head does (chain: the same accept lengths)."""
+    target, head = good_pair
+    params = SamplingParams(max_new_tokens=24)
+    expected = [e.token_ids for e in _plain(cpu_backend, target, PROMPTS, params)]
+    spec = SpecConfig(steps, topk, nodes)
+    order = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(4))
+    runs = {}
+    for name, drafter in (("full", head), ("permuted", head.with_vocabulary(order)),
+                          ("part", head.with_vocabulary(order[:20]))):
+        outputs = LLM.from_models(cpu_backend, target, drafter, spec=spec).generate(PROMPTS, params)
+        assert [o.token_ids for o in outputs] == expected, name
+        runs[name] = [o.accept_length for o in outputs]
+    mean = {name: sum(a) / len(a) for name, a in runs.items()}
+    if topk == 1:
+        assert runs["permuted"] == runs["full"]
+    else:  # tree scores may round apart between the two layouts of the same logits
+        assert abs(mean["permuted"] - mean["full"]) < 0.05
+    assert mean["part"] < mean["full"] - 0.5

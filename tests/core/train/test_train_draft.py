@@ -8,6 +8,7 @@ decoding with it equals plain greedy decoding (no draft at all).
 
 from __future__ import annotations
 
+import collections
 import json
 
 import pytest
@@ -15,6 +16,7 @@ import torch
 from eagle_hal.api import LLM
 from eagle_hal.cli import main
 from eagle_hal.engine.request import SamplingParams
+from eagle_hal.model.draft_vocab import DraftVocabulary, restrict
 from eagle_hal.model.eagle import Eagle1DraftModel
 from eagle_hal.model.loading import load_eagle_head
 from eagle_hal.spec.config import SpecConfig
@@ -131,10 +133,40 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
     assert [v["step"] for v in recipe["validations"]] == [30, 60]
     assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
     assert recipe["train"]["unroll_steps"] == 1
-    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.json", "draft_vocab.json", "model.safetensors"
+    ]
     config = json.loads((out / "config.json").read_text())
     assert config["num_hidden_layers"] == 1 and RECIPE_KEY in config
     _assert_lossless(cpu_backend, target, dataset, out)
+    _assert_vocabulary_ranks_the_answers(cpu_backend, target, dataset, out, common)
+
+
+def _assert_vocabulary_ranks_the_answers(cpu_backend, target, dataset, out, common):
+    """draft_vocab.json ranks the training answers' tokens (oracle: a Counter over them);
+    ``--stage vocab`` rewrites it with another coverage; a head drafting from its default
+    vocabulary still equals plain decoding."""
+    counter = collections.Counter()
+    for i in dataset.train_indices():
+        sequence = dataset.sequence(int(i))
+        counter.update(sequence[int(dataset.answer_starts[int(i)]) :])
+    ranked = sorted(counter.items(), key=lambda item: (-item[1], item[0]))
+    vocabulary = DraftVocabulary.load(out)
+    assert list(vocabulary.token_ids) == [t for t, _ in ranked]
+    assert list(vocabulary.counts) == [c for _, c in ranked]
+    assert vocabulary.source["answer_tokens_counted"] == sum(counter.values())
+    assert main(["train-draft", "--stage", "vocab", *common, "--draft-vocab-coverage", "0.5"]) == 0
+    rewritten = DraftVocabulary.load(out)
+    assert rewritten.token_ids == vocabulary.token_ids and rewritten.source["coverage"] == 0.5
+    head = restrict(load_eagle_head(out, target, dtype=torch.float32), out, "default")
+    assert head.draft_vocab_size == rewritten.default_size < target.config.vocab_size
+    prompts = [dataset.prompt(int(i)) for i in dataset.validation_indices()]
+    params = SamplingParams(max_new_tokens=20)
+    plain = LLM.from_models(cpu_backend, target, None, spec=SpecConfig(num_steps=0))
+    spec = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(num_steps=3, topk=2, num_draft_tokens=6))
+    assert [o.token_ids for o in spec.generate(prompts, params)] == [
+        o.token_ids for o in plain.generate(prompts, params)
+    ]
 
 
 def test_train_draft_unrolled(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):

@@ -45,7 +45,9 @@ class BenchConfig:
     """What to measure. Spec settings: ``chain`` is (steps, 1, steps + 1); ``tree`` and
     ``adaptive`` are (steps, topk, draft_tokens), adaptive choosing S per batch bucket. A
     mode may carry its own settings after a colon (``mode_spec``): ``chain:S5``,
-    ``tree:S8K4N48``; the same kind may then appear more than once."""
+    ``tree:S8K4N48``, ``chain:S5V8192`` (V: the draft vocabulary's size, see
+    ``eagle_hal.model.draft_vocab``); the same kind may then appear more than once.
+    ``draft_vocab``: the draft vocabulary of modes that name none."""
 
     modes: tuple[str, ...] = MODES
     batch_sizes: tuple[int, ...] = (1,)
@@ -57,6 +59,7 @@ class BenchConfig:
     split_timing: bool = True
     repeats: int = 3
     seed: int = 0
+    draft_vocab: int | str = "default"
 
     def __post_init__(self) -> None:
         unknown = {m.partition(":")[0] for m in self.modes} - set(MODES)
@@ -67,6 +70,7 @@ class BenchConfig:
             raise ValueError(f"modes {repeated} are given more than once")
         for mode in self.modes:
             self.spec_for(mode)  # every mode's settings valid before anything loads
+            self.draft_vocab_for(mode)
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
         if self.repeats < 1:
@@ -77,6 +81,7 @@ class BenchConfig:
         from eagle_hal.spec.config import SpecConfig
 
         kind, given = mode_spec(mode)
+        given.pop("V", None)
         steps = given.get("S", self.steps)
         if kind == "plain":
             if given:
@@ -90,22 +95,33 @@ class BenchConfig:
                           adaptive=kind == "adaptive")
 
 
+    def draft_vocab_for(self, mode: str) -> int | str:
+        """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``."""
+        from eagle_hal.model.draft_vocab import parse_size
+
+        kind, given = mode_spec(mode)
+        if kind == "plain" and "V" in given:
+            raise ValueError(f"mode {mode!r}: plain decoding drafts nothing, so takes no V")
+        return parse_size(given.get("V", self.draft_vocab))
+
+
 def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
     """Split a mode as given to ``--modes`` into its kind and its own spec settings:
     ``"tree:S8K4N48"`` -> ``("tree", {"S": 8, "K": 4, "N": 48})``; ``"plain"`` ->
-    ``("plain", {})``. S is the draft depth, K the branches, N the verify tokens; any may
-    be left out (the run's ``--spec-*`` values apply), none given twice."""
+    ``("plain", {})``. S is the draft depth, K the branches, N the verify tokens, V the
+    draft vocabulary's size; any may be left out (the run's ``--spec-*`` and
+    ``--draft-vocab`` values apply), none given twice."""
     kind, colon, settings = mode.partition(":")
     given: dict[str, int] = {}
     if colon:
         parts = re.findall(r"([A-Za-z])(\d+)", settings)
         if not parts or "".join(k + v for k, v in parts) != settings:
             raise ValueError(f"mode {mode!r}: settings must read like S8K4N48 (S depth, "
-                             f"K branches, N verify tokens), got {settings!r}")
+                             f"K branches, N verify tokens, V draft vocabulary), got {settings!r}")
         for key, value in parts:
             key = key.upper()
-            if key not in "SKN" or key in given:
-                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N once each")
+            if key not in "SKNV" or key in given:
+                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N, V once each")
             given[key] = int(value)
     return kind, given
 
@@ -116,13 +132,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2)")
     parser.add_argument("--draft", default="default", help='EAGLE head directory or "default"')
+    parser.add_argument("--draft-vocab", default="default",
+                        help='tokens the head drafts from unless a mode names its V: "default", '
+                        '"full" or the N most frequent')
     parser.add_argument("--dataset", default="mt-bench", help='"mt-bench" or a JSONL/text file')
     parser.add_argument("--num-prompts", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--batch-sizes", default="1", help="comma-separated, e.g. 1,2,4,8")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
                         + ",".join(MODES) + "; each may carry its own spec settings, "
-                        "e.g. plain,chain:S5,tree:S8K4N48")
+                        "e.g. plain,chain:S5,tree:S8K4N48,chain:S5V8192")
     parser.add_argument("--spec-steps", type=int, default=5)
     parser.add_argument("--spec-topk", type=int, default=4, help="branches for tree/adaptive")
     parser.add_argument("--spec-draft-tokens", type=int, default=16)
@@ -264,12 +283,15 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
 
 
 def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[list[int]],
-              config: BenchConfig, *, max_context: int = 2048) -> list[dict[str, Any]]:
+              config: BenchConfig, *, max_context: int = 2048,
+              draft_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Measure every (mode, batch size) of ``config`` over token-id ``prompts``; returns one
     row per pair, in order, with ``speedup`` over ``plain`` at the same batch size (when
-    measured) and ``same_as_plain`` (token-for-token equality of the outputs)."""
+    measured) and ``same_as_plain`` (token-for-token equality of the outputs). ``draft``
+    drafts from its whole vocabulary; a mode's draft vocabulary comes from ``draft_dir``."""
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.model.draft_vocab import restrict
 
     params = SamplingParams(max_new_tokens=config.max_new_tokens)
     rows: list[dict[str, Any]] = []
@@ -287,8 +309,9 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
         measuring: dict[str, _Measurement] = {}
         for mode in modes:
             _progress(f"bench: warming up {mode}, batch size {batch_size}")
+            head = None if mode == "plain" else restrict(draft, draft_dir, config.draft_vocab_for(mode))
             llm = LLM.from_models(
-                backend, target, None if mode == "plain" else draft, spec=config.spec_for(mode),
+                backend, target, head, spec=config.spec_for(mode),
                 max_batch_size=batch_size, max_context=max_context, seed=config.seed,
             )
             graphs = config.graphs and llm.runner.enable_graphs()
@@ -308,6 +331,7 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
                                "spec": {"steps": spec.num_steps, "topk": spec.topk,
                                         "draft_tokens": spec.draft_tokens,
                                         "adaptive": spec.adaptive},
+                               "draft_vocab_size": measurement.llm.draft_vocab_size,
                                "graphs": measurement.graphs,
                                **measurement.row(config.split_timing)})
             del measurement
@@ -341,6 +365,7 @@ def run(args: argparse.Namespace) -> int:
             max_new_tokens=args.max_new_tokens, steps=args.spec_steps, topk=args.spec_topk,
             draft_tokens=args.spec_draft_tokens, graphs=not args.no_graphs,
             split_timing=not args.no_split, repeats=args.repeats, seed=args.seed,
+            draft_vocab=args.draft_vocab,
         )
         texts = load_prompts(args.dataset, args.num_prompts)
     except ValueError as exc:
@@ -349,10 +374,10 @@ def run(args: argparse.Namespace) -> int:
     _progress("bench: loading models")
     llm = LLM(model=args.model, draft=None if args.draft == "none" else args.draft,
               device=args.device, backend=args.backend, dtype=args.dtype,
-              max_context=args.max_context, seed=args.seed)
+              max_context=args.max_context, seed=args.seed, draft_vocab="full")
     prompts = [llm.encode(text, chat=True) for text in texts]
     rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
-                     max_context=args.max_context)
+                     max_context=args.max_context, draft_dir=llm.draft_path)
     report: dict[str, Any] = {
         "config": {**dataclasses.asdict(config), "dataset": args.dataset,
                    "num_prompts": len(prompts), "model": str(args.model or "default"),

@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("models")
     what.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
     what.add_argument("--draft", default="default", help='EAGLE head directory, "default" or "none"')
+    what.add_argument("--draft-vocab", default="default",
+                      help='tokens the head drafts from: "default" (its draft_vocab.json\'s size), '
+                      '"full", or the N most frequent')
     prompts = parser.add_argument_group("prompts")
     prompts.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     prompts.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line")
@@ -98,9 +101,10 @@ def run(args: argparse.Namespace) -> int:
         model=args.model, draft=draft, device=args.device, backend=args.backend, spec=_spec(args),
         dtype=args.dtype, max_batch_size=args.max_batch_size, max_context=args.max_context,
         seed=args.seed, progress=not args.json, graphs=not args.no_graphs and "auto",
+        draft_vocab=args.draft_vocab,
     )
     if not args.json:
-        head = llm.draft_path if llm.draft is not None else "none (plain decoding)"
+        head = describe_draft(llm)
         _progress(f"loaded in {time.perf_counter() - started:.1f} s: backend {llm.backend.name} on "
                   f"{llm.backend.torch_device}, {llm.dtype}, draft head: {head}")
     chat = not args.no_chat
@@ -127,6 +131,15 @@ def run(args: argparse.Namespace) -> int:
             print(output.text)
     _print_summary(llm, spec_run, plain_run)
     return 0
+
+
+def describe_draft(llm: Any) -> str:
+    """The draft head and the vocabulary it drafts from, for a status line."""
+    if llm.draft is None:
+        return "none (plain decoding)"
+    size, vocab = llm.draft_vocab_size, llm.target.config.vocab_size
+    tokens = "the whole vocabulary" if size == vocab else f"the {size:,} most frequent of {vocab:,} tokens"
+    return f"{llm.draft_path} (drafting from {tokens})"
 
 
 def _timed_run(llm: Any, prompts: list[str], params: Any, chat: bool, *, stream: bool) -> dict[str, Any]:
@@ -174,6 +187,7 @@ def _report(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None
         "stats": _stats(llm, spec_run),
     }
     report["stats"]["draft"] = str(llm.draft_path) if llm.draft is not None else None
+    report["stats"]["draft_vocab_size"] = llm.draft_vocab_size
     if plain_run is not None:
         report["plain"] = _stats(llm, plain_run)
         report["plain"]["same_tokens"] = [

@@ -11,7 +11,10 @@ Two stages, each resumable on its own (one device command may be time-limited):
   recipe in ``config.json``).
 
 ``--stage all`` (the default) runs both. ``--time-budget-min`` bounds the whole command:
-under ``all``, data generation gets 45% of it and training what is left.
+under ``all``, data generation gets 45% of it and training what is left. Training ends by
+ranking the tokens of the training answers into ``OUT/draft_vocab.json``
+(``eagle_hal.model.draft_vocab``); ``--stage vocab`` does only that, for a head trained
+before the ranking existed.
 """
 
 from __future__ import annotations
@@ -96,12 +99,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="data set file (default: OUT.data.safetensors, next to the head directory)",
     )
-    what.add_argument("--stage", choices=["data", "train", "all"], default="all")
+    what.add_argument("--stage", choices=["data", "train", "all", "vocab"], default="all")
     what.add_argument("--seed", type=int, default=0)
     what.add_argument(
         "--time-budget-min", type=float, default=None, help="wall-time budget of this command"
     )
     what.add_argument("--no-progress", action="store_true", help="no progress bars")
+    what.add_argument(
+        "--draft-vocab-coverage", type=float, default=None,
+        help="the draft vocabulary's default size keeps this share of the training answers' "
+        "tokens (default 0.95)",
+    )
     data = parser.add_argument_group("data (self-distillation)")
     data.add_argument("--num-prompts", type=int, default=3000)
     data.add_argument("--max-prompt-tokens", type=int, default=96)
@@ -193,6 +201,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("eagle-hal train-draft: give --out (and/or --data for the data set file)")
     # Next to the head, not inside it: the head directory may become package data.
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
+    if args.stage == "vocab":
+        if args.out is None:
+            raise SystemExit("eagle-hal train-draft: --stage vocab needs --out HEAD_DIR")
+        return _rank_vocabulary(args, DistillDataset.load(data_path), data_path, None)
     if args.stage != "data" and args.out is None:
         raise SystemExit("eagle-hal train-draft: training needs --out DIR")
     if args.stage != "data" and (
@@ -244,7 +256,38 @@ def run(args: argparse.Namespace) -> int:
                 f"{dataset.info.target_sha256[:12]}…); training on it anyway"
             )
     remaining = None if budget is None else budget - (time.perf_counter() - started)
-    return _train(args, backend, target, dataset, command, remaining, started, progress)
+    _train(args, backend, target, dataset, command, remaining, started, progress)
+    return _rank_vocabulary(args, dataset, data_path, target.config.vocab_size)
+
+
+def _rank_vocabulary(args: argparse.Namespace, dataset: Any, data_path: Path,
+                     vocab_size: int | None) -> int:
+    """Write ``OUT/draft_vocab.json``: the training answers' tokens, most frequent first."""
+    import json
+
+    from eagle_hal.model.draft_vocab import DEFAULT_COVERAGE, DraftVocabulary, count_answer_tokens
+
+    if vocab_size is None:  # --stage vocab: the head's own config names the vocabulary
+        config = args.out / "config.json"
+        if not config.is_file():
+            raise SystemExit(f"eagle-hal train-draft: {config} does not exist; train the head first")
+        vocab_size = int(json.loads(config.read_text())["vocab_size"])
+    coverage = DEFAULT_COVERAGE if args.draft_vocab_coverage is None else args.draft_vocab_coverage
+    counts = count_answer_tokens(dataset, vocab_size)
+    source = {"data": data_path.name, "target_sha256": dataset.info.target_sha256,
+              "seed": dataset.info.seed, "answer_tokens_counted": int(counts.sum()),
+              "coverage": coverage}
+    try:
+        vocabulary = DraftVocabulary.from_counts(counts, coverage=coverage, source=source)
+    except ValueError as exc:
+        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+    path = vocabulary.save(args.out)
+    _say(
+        f"draft vocabulary: {len(vocabulary.token_ids):,} of {vocab_size:,} tokens seen in "
+        f"{int(counts.sum()):,} answer tokens; default {vocabulary.default_size:,} "
+        f"(keeps {vocabulary.coverage(vocabulary.default_size):.3f}) -> {path}"
+    )
+    return 0
 
 
 def _dtype(name: str | None, backend: Any) -> Any:
@@ -306,7 +349,7 @@ def _train(
     budget: float | None,
     started: float,
     progress: bool,
-) -> int:
+) -> None:
     from eagle_hal.train.checkpoint import TrainingRecipe, save_trained_head
     from eagle_hal.train.recipe import TrainConfig
     from eagle_hal.train.trainer import train_eagle1
@@ -358,4 +401,3 @@ def _train(
         f"{final.accept_length:.2f}; head -> {args.out} "
         f"({time.perf_counter() - started:.0f} s in all)"
     )
-    return 0

@@ -13,9 +13,9 @@ target feature    the target's final (normed) hidden     ``fc`` over the concate
 layer input       ``fc(cat(embed, hidden))`` [2H -> H],  ``cat(input_layernorm(embed),
                   the layer has no input norm            hidden_norm(hidden))`` [2H] into q/k/v
 output norm       none                                   its own ``norm``
-vocabulary        the target's ``lm_head``               its own ``lm_head`` over a reduced
-                                                         draft vocabulary, mapped back to target
-                                                         ids: ``target = draft + d2t[draft]``
+vocabulary        the target's ``lm_head``, over the     its own ``lm_head`` over a reduced
+                  whole vocabulary or the rows of a      draft vocabulary, mapped back to target
+                  draft vocabulary (``with_vocabulary``) ids: ``target = draft + d2t[draft]``
 ================  =====================================  =======================================
 
 ``forward`` returns the layer output *before* any norm: it is the ``hidden`` of the next
@@ -28,8 +28,10 @@ returned by ``parameters()``.
 from __future__ import annotations
 
 import abc
+import copy
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
@@ -238,6 +240,38 @@ class Eagle1DraftModel(EagleDraftModel):
         self.to_empty(device=target.device)
         self.to(dtype or target.dtype)
         self._target_lm_head = (target.lm_head,)  # shared, not registered
+        # a draft vocabulary (``with_vocabulary``): the target ids it drafts from and their
+        # lm_head rows; None drafts from the whole vocabulary
+        self._vocab_ids: torch.Tensor | None = None  # [V'] int64
+        self._vocab_rows: torch.Tensor | None = None  # [V', H]
+
+    @property
+    def draft_vocab_size(self) -> int:
+        """How many tokens the head may propose."""
+        return self.target_vocab_size if self._vocab_ids is None else self._vocab_ids.numel()
+
+    def with_vocabulary(self, token_ids: torch.Tensor | None) -> Eagle1DraftModel:
+        """A view of this head (every parameter and module shared, nothing copied but the
+        ``lm_head`` rows of ``token_ids``) that drafts only among ``token_ids`` ``[V']``
+        (distinct target ids): its softmax runs over those tokens alone. ``None``: the whole
+        vocabulary. Lossless either way, as the target verifies every draft token. Raises
+        ``ValueError`` for ids out of range, repeated or none."""
+        view = copy.copy(self)  # nn.Module's dicts of parameters and modules stay shared
+        if token_ids is None:
+            view._vocab_ids = view._vocab_rows = None
+            return view
+        ids = torch.as_tensor(token_ids, dtype=torch.int64).flatten().cpu()
+        if ids.numel() == 0 or ids.unique().numel() != ids.numel():
+            raise ValueError("a draft vocabulary lists at least one token id, each once")
+        if int(ids.min()) < 0 or int(ids.max()) >= self.target_vocab_size:
+            raise ValueError(f"draft vocabulary ids must lie in [0, {self.target_vocab_size})")
+        lm_head = self._target_lm_head[0]
+        # a vocabulary-parallel lm_head gathers the rows from its shards (``rows``)
+        device = lm_head.weight.device
+        rows = lm_head.rows(ids) if hasattr(lm_head, "rows") else lm_head.weight[ids.to(device)]
+        view._vocab_ids = ids.to(device)
+        view._vocab_rows = rows.detach().contiguous()  # [V', H]
+        return view
 
     def project_target_features(self, model_output: ModelOutput) -> torch.Tensor:
         return model_output.hidden_states  # [T, H]
@@ -252,14 +286,21 @@ class Eagle1DraftModel(EagleDraftModel):
         return self.layers[0]
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        if self._vocab_rows is not None:
+            return F.linear(hidden_out.to(self._vocab_rows.dtype), self._vocab_rows)  # [n, V']
         lm_head = self._target_lm_head[0]  # called as a module: it may be vocabulary-parallel
         return lm_head(hidden_out.to(lm_head.weight.dtype))
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids
+        return draft_ids if self._vocab_ids is None else self._vocab_ids[draft_ids]
 
     def compute_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
-        return self._draft_logits(hidden_out).float()
+        draft = self._draft_logits(hidden_out).float()
+        if self._vocab_ids is None:
+            return draft
+        logits = draft.new_full((draft.shape[0], self.target_vocab_size), float("-inf"))
+        logits[:, self._vocab_ids] = draft
+        return logits  # [n, target_vocab]
 
 
 class Eagle3DraftModel(EagleDraftModel):

@@ -142,6 +142,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     from eagle_hal.api import LLM, _resolve_dtype
     from eagle_hal.commands import generate as command
     from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.model.draft_vocab import restrict
     from eagle_hal.model.loading import default_draft_path, load_eagle_head
     from eagle_hal.parallel.sharding import load_sharded_target
 
@@ -159,6 +160,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     draft_arg = None if args.draft.lower() == "none" else args.draft
     draft_path = default_draft_path(args.model) if draft_arg == "default" else draft_arg
     head = load_eagle_head(draft_path, target, dtype=dtype) if draft_path else None
+    head = restrict(head, draft_path, args.draft_vocab)
     llm = LLM.from_models(
         backend, target, head, tokenizer, command._spec(args),
         max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
@@ -168,7 +170,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
         print(
             f"loaded in {time.perf_counter() - started:.1f} s: backend {backend.name} on "
             f"{context.world_size} x {backend.torch_device.type} ({context.distributed_backend}), "
-            f"{dtype}, draft head: {draft_path or 'none (plain decoding)'}",
+            f"{dtype}, draft head: {command.describe_draft(llm)}",
             file=sys.stderr, flush=True,
         )
     prompts = command._prompts(args)

@@ -161,6 +161,12 @@ class VocabParallelLMHead(nn.Module):
         local = F.linear(hidden, self.weight)  # [n, vocab_shard]
         return self.context.all_gather(local, dim=-1)[..., : self.vocab_size]  # [n, vocab]
 
+    def rows(self, token_ids: torch.Tensor) -> torch.Tensor:
+        """The full-width weight rows of ``token_ids`` ``[n]`` -> ``[n, hidden]`` on every
+        rank (a draft vocabulary's lm_head; an all-gather of the shards, once)."""
+        full = self.context.all_gather(self.weight.detach(), dim=0)[: self.vocab_size]
+        return full[token_ids.to(full.device)]
+
     def shard_specs(self) -> dict[str, ShardSpec]:
         return {"weight": self.spec}
 
