@@ -11,7 +11,10 @@ each is measured on the same answers, in one process.
         --num-prompts 10 --max-new-tokens 128 --draft default --draft OTHER_HEAD
 
 With ``--per-category N`` (a JSONL file with categories, as MT-bench's) it measures the
-first N questions of each category and adds a line per category.
+first N questions of each category and adds a line per category. With ``--draft-vocab V``
+(repeatable) each head is also measured drafting from its V most frequent tokens
+(``draft_vocab.json``; column ``HEAD@V``), and a column ``in@V`` gives the share of the
+target's greedy tokens that lie in that vocabulary (the most such a head can agree).
 
 Fourteenth session (CPU, float32, `make demo`'s prompt + the first 10 MT-bench first turns,
 128 tokens): the previous head (C) 0.457, the shipped head (D) 0.536; target 0.600.
@@ -28,6 +31,7 @@ import torch
 from eagle_hal.api import LLM
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.engine.request import SamplingParams
+from eagle_hal.model.draft_vocab import restrict
 from eagle_hal.model.loading import default_draft_path, load_eagle_head
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.train.dense import draft_forward, target_features
@@ -50,6 +54,8 @@ def main() -> None:
     parser.add_argument("--per-category", type=int, default=None, metavar="N",
                         help="the first N questions of every category of a JSONL --dataset "
                              "(MT-bench: writing, roleplay, ...), with a summary per category")
+    parser.add_argument("--draft-vocab", type=int, action="append", default=[], metavar="V",
+                        help="also measure each head drafting from its V most frequent tokens")
     args = parser.parse_args()
     drafts = args.draft or ["default"]
     llm = LLM(model=args.model, draft=None, device=args.device, dtype=args.dtype,
@@ -60,6 +66,11 @@ def main() -> None:
         if path is None:
             raise SystemExit(f"no head ships for {args.model}: give --draft DIRECTORY")
         heads[name] = load_eagle_head(path, llm.target, dtype=llm.dtype)
+        for size in args.draft_vocab:
+            heads[f"{name}@{size}"] = restrict(heads[name], path, size)
+    # "in@V": the target's greedy tokens among the V most frequent (a restricted head's ids)
+    vocabularies = {f"in@{v}": next(h for n, h in heads.items() if n.endswith(f"@{v}"))._vocab_ids
+                    for v in args.draft_vocab}
     if args.per_category:
         chosen = by_category(args.dataset, args.per_category)
     else:
@@ -68,9 +79,10 @@ def main() -> None:
         chosen.insert(0, ("demo", DEMO_PROMPT))
     prompts = [text for _, text in chosen]
     per_category: dict[str, list[float]] = {}  # category -> [positions, target p, *hits]
-    agree = {name: 0 for name in heads}
+    columns = [*heads, *vocabularies]
+    agree = {name: 0 for name in columns}
     positions, confidence = 0, 0.0
-    print(f"{'prompt':<44} {'tokens':>6} {'target p':>8} " + " ".join(f"{n[-18:]:>18}" for n in heads))
+    print(f"{'prompt':<44} {'tokens':>6} {'target p':>8} " + " ".join(f"{n[-18:]:>18}" for n in columns))
     for category, text in chosen:
         prompt = llm.encode(text, chat=True)
         answer = llm.generate([prompt], SamplingParams(max_new_tokens=args.max_new_tokens))[0]
@@ -89,9 +101,14 @@ def main() -> None:
                 agree[name] += hits
                 hits_row.append(hits)
                 row.append(f"{hits / len(where):>18.3f}")
+            for name, ids in vocabularies.items():
+                hits = int(torch.isin(greedy, ids).sum())
+                agree[name] += hits
+                hits_row.append(hits)
+                row.append(f"{hits / len(where):>18.3f}")
         positions += len(where)
         confidence += float(target_probs.max(-1).values.sum())
-        totals = per_category.setdefault(category, [0.0] * (2 + len(heads)))
+        totals = per_category.setdefault(category, [0.0] * (2 + len(columns)))
         for i, value in enumerate([len(where), float(target_probs.max(-1).values.sum()), *hits_row]):
             totals[i] += value
         print(f"{text[:44]!r:<44} {len(where):>6} {float(target_probs.max(-1).values.mean()):>8.3f} "
@@ -101,7 +118,7 @@ def main() -> None:
             print(f"{'category ' + category:<44} {int(count):>6} {sure / count:>8.3f} "
                   + " ".join(f"{h / count:>18.3f}" for h in hits))
     print(f"{'all':<44} {positions:>6} {confidence / positions:>8.3f} "
-          + " ".join(f"{agree[n] / positions:>18.3f}" for n in heads))
+          + " ".join(f"{agree[n] / positions:>18.3f}" for n in columns))
 
 
 def by_category(path: str, per_category: int) -> list[tuple[str, str]]:

@@ -1,5 +1,6 @@
 # Lease AO, call 3: the adaptive controller with the long accept memory across batch sizes
-# (80 x 128, bs 1/4/16/64, as lease AN's call 5), then the GPU suite.
+# (80 x 128, bs 1/4/16/64, as lease AN's call 5; the head's default draft vocabulary),
+# then the GPU suite.
 source tools/h200/env.sh
 O=$OUT/ao3; mkdir -p $O
 H=core/src/eagle_hal/data/eagle1-smollm2-135m-instruct

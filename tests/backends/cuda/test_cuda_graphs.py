@@ -153,6 +153,27 @@ def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, no
     assert (llm.runner.graphs.chain_replays > 0) == (topk == 1 and chain_graph == "1")
 
 
+@pytest.mark.parametrize("topk,steps,nodes", [(1, 4, 5), (4, 3, 16)])
+@pytest.mark.parametrize("batch", [1, 5])
+def test_a_draft_vocabulary_with_graphs_is_lossless(cuda_backend, pair, topk, steps, nodes, batch):
+    """A head drafting from 20 of the target's 61 tokens (its lm_head rows and id map in the
+    captured draft loop, the verify-to-extend graph and the Triton top-k over 20 logits)
+    equals plain decoding, and accepts less than the head over the whole vocabulary."""
+    target, head = pair
+    expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),
+                           PROMPTS[:batch], graphs=False)
+    order = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(4))
+    part = head.with_vocabulary(order[:20])
+    accept = {}
+    for name, drafter in (("part", part), ("full", head)):
+        llm = LLM.from_models(cuda_backend, target, drafter, spec=SpecConfig(steps, topk, nodes), seed=0)
+        assert llm.runner.enable_graphs()
+        outputs = llm.generate(PROMPTS[:batch], PARAMS)
+        assert [o.token_ids for o in outputs] == expected and llm.runner.graphs.num_graphs > 0
+        accept[name] = sum(o.accept_length for o in outputs)
+    assert accept["part"] < accept["full"]
+
+
 @pytest.mark.parametrize("batch", [1, 5])
 def test_tree_graph_captured_after_its_verify_graph_is_lossless(cuda_backend, pair, batch,
                                                                 monkeypatch):

@@ -158,6 +158,14 @@ def _assert_vocabulary_ranks_the_answers(cpu_backend, target, dataset, out, comm
     assert main(["train-draft", "--stage", "vocab", *common, "--draft-vocab-coverage", "0.5"]) == 0
     rewritten = DraftVocabulary.load(out)
     assert rewritten.token_ids == vocabulary.token_ids and rewritten.source["coverage"] == 0.5
+    data = out.with_name(out.name + ".data.safetensors")
+    twice = ["--vocab-data", str(data), "--vocab-data", str(data)]  # every count doubled
+    assert main(["train-draft", "--stage", "vocab", *common, *twice]) == 0
+    doubled = DraftVocabulary.load(out)
+    assert doubled.token_ids == vocabulary.token_ids
+    assert list(doubled.counts) == [2 * c for c in vocabulary.counts]
+    assert len(doubled.source["data"]) == 2
+    assert main(["train-draft", "--stage", "vocab", *common, "--draft-vocab-coverage", "0.5"]) == 0
     head = restrict(load_eagle_head(out, target, dtype=torch.float32), out, "default")
     assert head.draft_vocab_size == rewritten.default_size < target.config.vocab_size
     prompts = [dataset.prompt(int(i)) for i in dataset.validation_indices()]

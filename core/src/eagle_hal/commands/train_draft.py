@@ -106,9 +106,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     what.add_argument("--no-progress", action="store_true", help="no progress bars")
     what.add_argument(
+        "--vocab-data", type=Path, action="append", default=None, metavar="FILE",
+        help="--stage vocab: data set files whose training answers are counted (repeatable; "
+        "default: --data)",
+    )
+    what.add_argument(
         "--draft-vocab-coverage", type=float, default=None,
         help="the draft vocabulary's default size keeps this share of the training answers' "
-        "tokens (default 0.95)",
+        "tokens (default 0.995)",
     )
     data = parser.add_argument_group("data (self-distillation)")
     data.add_argument("--num-prompts", type=int, default=3000)
@@ -204,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
     if args.stage == "vocab":
         if args.out is None:
             raise SystemExit("eagle-hal train-draft: --stage vocab needs --out HEAD_DIR")
-        return _rank_vocabulary(args, DistillDataset.load(data_path), data_path, None)
+        paths = args.vocab_data or [data_path]
+        return _rank_vocabulary(args, [DistillDataset.load(p) for p in paths], paths, None)
     if args.stage != "data" and args.out is None:
         raise SystemExit("eagle-hal train-draft: training needs --out DIR")
     if args.stage != "data" and (
@@ -257,12 +263,13 @@ def run(args: argparse.Namespace) -> int:
             )
     remaining = None if budget is None else budget - (time.perf_counter() - started)
     _train(args, backend, target, dataset, command, remaining, started, progress)
-    return _rank_vocabulary(args, dataset, data_path, target.config.vocab_size)
+    return _rank_vocabulary(args, [dataset], [data_path], target.config.vocab_size)
 
 
-def _rank_vocabulary(args: argparse.Namespace, dataset: Any, data_path: Path,
+def _rank_vocabulary(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
                      vocab_size: int | None) -> int:
-    """Write ``OUT/draft_vocab.json``: the training answers' tokens, most frequent first."""
+    """Write ``OUT/draft_vocab.json``: the tokens of the data sets' training answers, most
+    frequent first."""
     import json
 
     from eagle_hal.model.draft_vocab import DEFAULT_COVERAGE, DraftVocabulary, count_answer_tokens
@@ -273,10 +280,12 @@ def _rank_vocabulary(args: argparse.Namespace, dataset: Any, data_path: Path,
             raise SystemExit(f"eagle-hal train-draft: {config} does not exist; train the head first")
         vocab_size = int(json.loads(config.read_text())["vocab_size"])
     coverage = DEFAULT_COVERAGE if args.draft_vocab_coverage is None else args.draft_vocab_coverage
-    counts = count_answer_tokens(dataset, vocab_size)
-    source = {"data": data_path.name, "target_sha256": dataset.info.target_sha256,
-              "seed": dataset.info.seed, "answer_tokens_counted": int(counts.sum()),
-              "coverage": coverage}
+    counts = sum(count_answer_tokens(dataset, vocab_size) for dataset in datasets)
+    source = {"data": [{"file": path.name, "command": dataset.info.command,
+                        "target_sha256": dataset.info.target_sha256, "seed": dataset.info.seed,
+                        "sequences_counted": len(dataset.train_indices())}
+                       for path, dataset in zip(paths, datasets)],
+              "answer_tokens_counted": int(counts.sum()), "coverage": coverage}
     try:
         vocabulary = DraftVocabulary.from_counts(counts, coverage=coverage, source=source)
     except ValueError as exc:

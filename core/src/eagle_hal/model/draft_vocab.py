@@ -30,7 +30,7 @@ __all__ = [
 
 FILE_NAME = "draft_vocab.json"
 _FORMAT = "eagle-hal draft vocabulary 1"
-DEFAULT_COVERAGE = 0.95  # the default size keeps this share of the counted answer tokens
+DEFAULT_COVERAGE = 0.995  # the default size keeps this share of the counted answer tokens
 _SIZE_STEP = 1024  # the default size is a multiple of this (GEMM-friendly)
 
 
@@ -88,15 +88,18 @@ class DraftVocabulary:
         return sum(self.counts[:size]) / sum(self.counts)
 
     def ids(self, size: int | None = None) -> torch.Tensor:
-        """The ``size`` (default: ``default_size``) most frequent token ids, ``[size]`` int64."""
+        """The ``size`` (default: ``default_size``) most frequent token ids, ``[size]`` int64.
+        Past the tokens the data contained come the unseen ones in id order (a byte-pair
+        tokenizer numbers its tokens roughly by its own corpus's frequency)."""
         size = self.default_size if size is None else size
-        if not 1 <= size <= len(self.token_ids):
-            raise ValueError(
-                f"a draft vocabulary of {size} tokens was asked for, but the ranking holds "
-                f"{len(self.token_ids)} (the tokens its data contained); pick 1..{len(self.token_ids)} "
-                "or the full vocabulary"
-            )
-        return torch.tensor(self.token_ids[:size], dtype=torch.int64)
+        if not 1 <= size <= self.vocab_size:
+            raise ValueError(f"a draft vocabulary holds 1..{self.vocab_size} tokens, not {size}")
+        ranked = torch.tensor(self.token_ids[:size], dtype=torch.int64)
+        if size <= len(self.token_ids):
+            return ranked
+        unseen = torch.ones(self.vocab_size, dtype=torch.bool)
+        unseen[list(self.token_ids)] = False
+        return torch.cat([ranked, unseen.nonzero()[: size - len(self.token_ids), 0]])
 
     # -- the file ---------------------------------------------------------------------------
 
