@@ -57,6 +57,7 @@ class Scenario:
     worker_seed: int | None = 0
     vocab: int = 62  # even: the vocabulary splits without padding over 2 ranks
     prompts: tuple[tuple[int, ...], ...] = PROMPTS
+    draft_vocab: tuple[int, ...] = ()  # the head drafts from these ids only (none: all)
 
 
 DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
@@ -67,6 +68,9 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
              target="random", draft=False, vocab=61),
     Scenario("random_tree", SpecConfig(2, 2, 4), SamplingParams(max_new_tokens=16),
              target="random", vocab=61),
+    # a draft vocabulary gathered from a padded vocabulary-parallel lm_head (ids on both shards)
+    Scenario("vocab_tree", SpecConfig(2, 2, 4), SamplingParams(max_new_tokens=16),
+             target="random", vocab=61, draft_vocab=tuple(range(60, -1, -3))),
     Scenario("sampled", SpecConfig(3, 2, 6),
              SamplingParams(max_new_tokens=24, temperature=0.8, top_k=20), worker_seed=None),
     Scenario("adaptive", SpecConfig(4, 2, 6, adaptive=True, adaptive_steps=(0, 2, 4)),
@@ -100,6 +104,8 @@ def run_scenario(scenario: Scenario, backend: Backend, context: ParallelContext)
         if head is not None:
             head = _rebind_head(head, sharded)
         target = sharded
+    if head is not None and scenario.draft_vocab:
+        head = head.with_vocabulary(torch.tensor(scenario.draft_vocab))
     llm = LLM.from_models(backend, target, head, spec=scenario.spec, seed=scenario.worker_seed)
     outputs = llm.generate([list(p) for p in scenario.prompts], scenario.params)
     return {
