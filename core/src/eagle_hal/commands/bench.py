@@ -94,7 +94,6 @@ class BenchConfig:
         return SpecConfig(steps, given.get("K", self.topk), given.get("N", self.draft_tokens),
                           adaptive=kind == "adaptive")
 
-
     def draft_vocab_for(self, mode: str) -> int | str:
         """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``."""
         from eagle_hal.model.draft_vocab import parse_size
