@@ -67,6 +67,8 @@ def main() -> None:
             raise SystemExit(f"no head ships for {args.model}: give --draft DIRECTORY")
         heads[name] = load_eagle_head(path, llm.target, dtype=llm.dtype)
         for size in args.draft_vocab:
+            if size >= llm.target.config.vocab_size:
+                raise SystemExit(f"--draft-vocab {size}: the whole vocabulary is the head itself")
             heads[f"{name}@{size}"] = restrict(heads[name], path, size)
     # "in@V": the target's greedy tokens among the V most frequent (a restricted head's ids)
     vocabularies = {f"in@{v}": next(h for n, h in heads.items() if n.endswith(f"@{v}"))._vocab_ids

@@ -398,7 +398,8 @@ def test_a_mode_may_name_its_draft_vocabulary():
     assert config.draft_vocab_for("chain:S5") == "full"
     assert config.spec_for("chain:S5V8192") == config.spec_for("chain:S5")
     assert bench.BenchConfig(modes=("tree",)).draft_vocab_for("tree") == "default"
-    for bad, message in [(("plain:V8",), "takes no V"), (("chain:V0",), "positive number")]:
+    for bad, message in [(("plain:V8",), "takes no V"), (("chain:V0",), "positive number"),
+                         (("tree:K4V3",), "cannot give top-4")]:
         with pytest.raises(ValueError, match=message):
             bench.BenchConfig(modes=bad)
     with pytest.raises(ValueError, match="positive number"):
@@ -406,9 +407,10 @@ def test_a_mode_may_name_its_draft_vocabulary():
 
 
 def test_modes_with_their_own_draft_vocabularies_run_side_by_side(tmp_path):
-    """The same chain with the head's default vocabulary, 20 tokens and the whole one, in
-    one run: each row records the size it drafted from (oracle: the file's ranking and the
-    target's vocabulary), every row reproduces plain decoding, and 20 tokens accept less."""
+    """The same chain over the whole vocabulary and over the ranking's 20 most frequent
+    tokens, in one run: each row records the size it drafted from (oracle: the target's
+    vocabulary and the V asked for), every row reproduces plain decoding, and 20 tokens
+    accept less."""
     from eagle_hal.model.draft_vocab import DraftVocabulary
 
     target = near_bigram_target(seed=5)

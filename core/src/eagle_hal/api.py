@@ -74,11 +74,11 @@ class LLM:
         from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
         from eagle_hal.registry import select_backend
 
-        vocabulary.parse_size(draft_vocab)  # a bad size fails before anything loads
+        draft_path = default_draft_path(model) if draft == "default" else draft
+        vocabulary.require_file(draft_path, draft_vocab)  # a bad size fails before anything loads
         selected = select_backend(device, backend=backend)
         torch_dtype = _resolve_dtype(dtype, selected)
         target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device, progress=progress)
-        draft_path = default_draft_path(model) if draft == "default" else draft
         if draft == "default" and draft_path is None:
             warnings.warn(
                 "no default EAGLE head ships for this model; running plain decoding "
@@ -157,6 +157,10 @@ class LLM:
             num_tokens=tokens, page_size=page_size,
             max_requests=max_batch_size, max_context=max_context,
         )
+        proposable = getattr(draft, "draft_vocab_size", None)
+        if proposable is not None and spec.num_steps > 0 and proposable < spec.topk:
+            raise ValueError(f"a draft vocabulary of {proposable} tokens cannot give top-{spec.topk} "
+                             "branches; use a larger one or a smaller top-k")
         self.runner = ModelRunner(backend, target, draft, cache, dtype)
         self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed)
         self.scheduler = Scheduler(

@@ -158,20 +158,23 @@ def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, no
 def test_a_draft_vocabulary_with_graphs_is_lossless(cuda_backend, pair, topk, steps, nodes, batch):
     """A head drafting from 20 of the target's 61 tokens (its lm_head rows and id map in the
     captured draft loop, the verify-to-extend graph and the Triton top-k over 20 logits)
-    equals plain decoding, and accepts less than the head over the whole vocabulary."""
+    equals plain decoding, and accepts less than the head over the whole vocabulary; the
+    whole vocabulary in another order accepts as the unrestricted head (chain)."""
     target, head = pair
     expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),
                            PROMPTS[:batch], graphs=False)
     order = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(4))
     part = head.with_vocabulary(order[:20])
     accept = {}
-    for name, drafter in (("part", part), ("full", head)):
+    for name, drafter in (("part", part), ("permuted", head.with_vocabulary(order)), ("full", head)):
         llm = LLM.from_models(cuda_backend, target, drafter, spec=SpecConfig(steps, topk, nodes), seed=0)
         assert llm.runner.enable_graphs()
         outputs = llm.generate(PROMPTS[:batch], PARAMS)
         assert [o.token_ids for o in outputs] == expected and llm.runner.graphs.num_graphs > 0
         accept[name] = sum(o.accept_length for o in outputs)
     assert accept["part"] < accept["full"]
+    if topk == 1:  # a wrong id map or wrong rows would change what the chain drafts
+        assert accept["permuted"] == accept["full"]
 
 
 @pytest.mark.parametrize("batch", [1, 5])

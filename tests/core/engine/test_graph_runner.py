@@ -164,17 +164,26 @@ def test_speculative_decoding_with_graphs_is_lossless(backends, pair, topk, step
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 3, 4), (4, 3, 9)])
 def test_a_draft_vocabulary_in_graphs_is_lossless(backends, pair, topk, steps, nodes):
     """A head drafting from 20 of the 61 tokens, its restricted lm_head and id map captured
-    in the chain's and the tree's draft-loop graphs, equals plain decoding."""
+    in the chain's and the tree's draft-loop graphs, equals plain decoding; the whole
+    vocabulary in another order accepts as the unrestricted head (chain: exactly), so a
+    wrong id map or wrong rows would show."""
     target, head = pair
     expected = plain(backends[0], target, PROMPTS)
     order = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(2))
-    llm = LLM.from_models(backends[2], target, head.with_vocabulary(order[:20]),
-                          spec=SpecConfig(steps, topk, nodes), seed=0)
-    llm.runner.enable_graphs((1, 4))
-    assert [o.token_ids for o in llm.generate(PROMPTS, PARAMS)] == expected
-    graphs = llm.runner.graphs
-    assert (graphs.chain_replays if topk == 1 else graphs.tree_replays) > 0
-    assert llm.used_pages == 0
+    accepts = {}
+    for name, drafter in (("part", head.with_vocabulary(order[:20])),
+                          ("permuted", head.with_vocabulary(order)), ("full", head)):
+        llm = LLM.from_models(backends[2], target, drafter, spec=SpecConfig(steps, topk, nodes), seed=0)
+        llm.runner.enable_graphs((1, 4))
+        outputs = llm.generate(PROMPTS, PARAMS)
+        assert [o.token_ids for o in outputs] == expected, name
+        graphs = llm.runner.graphs
+        assert (graphs.chain_replays if topk == 1 else graphs.tree_replays) > 0
+        assert llm.used_pages == 0
+        accepts[name] = [o.accept_length for o in outputs]
+    if topk == 1:
+        assert accepts["permuted"] == accepts["full"]
+    assert sum(accepts["part"]) < sum(accepts["full"])
 
 
 # -- one-request prefills padded to a token bucket ----------------------------------------------

@@ -173,3 +173,51 @@ def test_restrict_reads_the_head_directory(pair, tmp_path):
     other.save(tmp_path)
     with pytest.raises(UnsupportedModelError, match="the target has 97"):
         restrict(head, tmp_path, "default")
+
+
+def test_sizes_a_head_cannot_use_are_refused_early(pair, tmp_path, capsys):
+    """A number of tokens without a ranking fails before any model loads; a vocabulary
+    smaller than the tree's top-k, an EAGLE-3-like head given a number, a bad size on the
+    command line and a data set of another vocabulary each fail with what to do."""
+    from eagle_hal import select_backend
+    from eagle_hal.api import LLM
+    from eagle_hal.cli import main
+    from eagle_hal.spec.config import SpecConfig
+
+    cpu_backend = select_backend("cpu")
+
+    with pytest.raises(ModelFileNotFound, match="--stage vocab"):
+        LLM(draft=str(tmp_path), draft_vocab=8, device="cpu")  # tmp_path holds no head at all
+    target, head = pair
+    with pytest.raises(ValueError, match="cannot give top-4"):
+        LLM.from_models(cpu_backend, target, head.with_vocabulary(torch.tensor([1, 2, 3])),
+                        spec=SpecConfig(3, 4, 9))
+
+    class OwnVocabularyHead:  # like EAGLE-3: no with_vocabulary
+        pass
+
+    own = OwnVocabularyHead()
+    assert restrict(own, tmp_path, "default") is own
+    with pytest.raises(UnsupportedModelError, match="its own draft vocabulary"):
+        restrict(own, tmp_path, 8)
+    for command in ("generate", "bench"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--draft-vocab", "lots"])
+        assert exit_info.value.code == 2
+        assert "positive number" in capsys.readouterr().err
+    info = DatasetInfo("t", "", 0, 1, 8, 8, (1.0,), (0.0,), 0.95, 0.0)
+    dataset = DistillDataset(torch.tensor([1, 2, 99]), torch.tensor([0, 3]), torch.tensor([2]),
+                             torch.tensor([False]), torch.zeros(1), info)
+    with pytest.raises(ValueError, match="another target"):
+        count_answer_tokens(dataset, 50)
+
+
+def test_moving_a_view_moves_its_rows(pair):
+    """``.to(dtype)`` on a view reaches its vocabulary's rows (and the shared modules)."""
+    target, _ = pair
+    head = tiny_eagle1(target, seed=23)
+    view = head.with_vocabulary(torch.tensor([4, 5, 6]))
+    view.to(torch.float64)
+    assert view._vocab_rows.dtype == torch.float64 and head.fc.weight.dtype == torch.float64
+    assert view._vocab_ids.dtype == torch.int64
+    torch.testing.assert_close(view._vocab_rows, target.lm_head.weight[[4, 5, 6]].double())

@@ -149,6 +149,21 @@ def test_vocab_parallel_embedding_and_head_cover_an_odd_vocabulary(local_collect
     torch.testing.assert_close(sum(logits), hidden @ table.T)
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_vocab_parallel_head_gives_the_full_rows_of_a_draft_vocabulary(local_collectives, world):
+    """``rows(ids)`` over the ranks (each contributing its shard to the gather) is the full
+    table's rows, ids on every shard and the last, padded one included."""
+    table = torch.randn(61, 8, generator=torch.Generator().manual_seed(3))
+    ids = torch.tensor([60, 0, 31, 15, 16, 44])
+    gathered = []
+    for rank in range(world):
+        local_collectives.rank = rank
+        head = VocabParallelLMHead(8, 61, _context(rank, world))
+        _load(head, {"weight": table})
+        gathered.append(head.rows(ids))
+    assert torch.equal(sum(gathered), table[ids])
+
+
 def test_sharded_parameters_names_every_split_weight():
     """``sharded_parameters`` lists each parallel module's parameters by full name."""
     module = torch.nn.Module()

@@ -33,6 +33,7 @@ from typing import Any
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
+from eagle_hal.commands.generate import draft_vocab_size
 
 __all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "mode_spec", "run"]
 
@@ -101,7 +102,11 @@ class BenchConfig:
         kind, given = mode_spec(mode)
         if kind == "plain" and "V" in given:
             raise ValueError(f"mode {mode!r}: plain decoding drafts nothing, so takes no V")
-        return parse_size(given.get("V", self.draft_vocab))
+        size = parse_size(given.get("V", self.draft_vocab))
+        if kind != "plain" and isinstance(size, int) and size < self.spec_for(mode).topk:
+            raise ValueError(f"mode {mode!r}: a draft vocabulary of {size} tokens cannot give "
+                             f"top-{self.spec_for(mode).topk} branches")
+        return size
 
 
 def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
@@ -131,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2)")
     parser.add_argument("--draft", default="default", help='EAGLE head directory or "default"')
-    parser.add_argument("--draft-vocab", default="default",
+    parser.add_argument("--draft-vocab", default="default", type=draft_vocab_size,
                         help='tokens the head drafts from unless a mode names its V: "default", '
                         '"full" or the N most frequent')
     parser.add_argument("--dataset", default="mt-bench", help='"mt-bench" or a JSONL/text file')
@@ -356,6 +361,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from eagle_hal.api import LLM
+    from eagle_hal.model.draft_vocab import restrict
 
     try:
         config = BenchConfig(
@@ -375,6 +381,9 @@ def run(args: argparse.Namespace) -> int:
               device=args.device, backend=args.backend, dtype=args.dtype,
               max_context=args.max_context, seed=args.seed, draft_vocab="full")
     prompts = [llm.encode(text, chat=True) for text in texts]
+    for mode in config.modes:  # every mode's draft vocabulary resolves before any is timed
+        if mode_spec(mode)[0] != "plain":
+            restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode))
     rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
                      max_context=args.max_context, draft_dir=llm.draft_path)
     report: dict[str, Any] = {

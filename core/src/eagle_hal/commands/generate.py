@@ -18,6 +18,16 @@ from typing import Any
 __all__ = ["add_arguments", "run"]
 
 
+def draft_vocab_size(text: str) -> int | str:
+    """``--draft-vocab``'s value, checked while the command line is parsed."""
+    from eagle_hal.model.draft_vocab import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("where")
     where.add_argument("--device", default="auto", help='device string: "cpu", "cuda:0", "npu", "auto"')
@@ -29,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("models")
     what.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
     what.add_argument("--draft", default="default", help='EAGLE head directory, "default" or "none"')
-    what.add_argument("--draft-vocab", default="default",
+    what.add_argument("--draft-vocab", default="default", type=draft_vocab_size,
                       help='tokens the head drafts from: "default" (its draft_vocab.json\'s size), '
                       '"full", or the N most frequent')
     prompts = parser.add_argument_group("prompts")

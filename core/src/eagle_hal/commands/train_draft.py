@@ -206,6 +206,11 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("eagle-hal train-draft: give --out (and/or --data for the data set file)")
     # Next to the head, not inside it: the head directory may become package data.
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
+    if args.draft_vocab_coverage is not None and not 0.0 < args.draft_vocab_coverage <= 1.0:
+        raise SystemExit("eagle-hal train-draft: --draft-vocab-coverage must lie in (0, 1]")
+    if args.vocab_data and args.stage != "vocab":
+        raise SystemExit("eagle-hal train-draft: --vocab-data is read by --stage vocab only "
+                         "(training ranks its own data)")
     if args.stage == "vocab":
         if args.out is None:
             raise SystemExit("eagle-hal train-draft: --stage vocab needs --out HEAD_DIR")

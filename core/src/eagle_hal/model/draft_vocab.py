@@ -8,8 +8,8 @@ Restricting the draft's ``lm_head`` to the V tokens the target writes most often
 lossless: the target verifies every draft token and picks the bonus token from its whole
 vocabulary; a token outside the draft vocabulary is only never proposed.
 
-The ranking is counted on the head's own self-distilled training answers (never on a
-benchmark) and stored next to the head as ``draft_vocab.json``: JSON, not safetensors,
+The ranking is counted on self-distilled answers (``train-draft`` counts the head's own
+training answers; never a benchmark's) and stored next to the head as ``draft_vocab.json``: JSON, not safetensors,
 because other engines' loaders read every ``*.safetensors`` of a head directory as weights.
 """
 
@@ -25,7 +25,8 @@ import torch
 from eagle_hal.model.errors import ModelFileNotFound, UnsupportedModelError
 
 __all__ = [
-    "DEFAULT_COVERAGE", "DraftVocabulary", "FILE_NAME", "count_answer_tokens", "parse_size", "restrict",
+    "DEFAULT_COVERAGE", "DraftVocabulary", "FILE_NAME", "count_answer_tokens", "parse_size",
+    "require_file", "restrict",
 ]
 
 FILE_NAME = "draft_vocab.json"
@@ -120,7 +121,7 @@ class DraftVocabulary:
             return None
         try:
             raw = json.loads(path.read_text())
-            if raw.get("format") != _FORMAT:
+            if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
                 raise ValueError(f"format {raw.get('format')!r}, expected {_FORMAT!r}")
             return cls(tuple(int(i) for i in raw["token_ids"]), tuple(int(c) for c in raw["counts"]),
                        int(raw["vocab_size"]), int(raw["default_size"]), dict(raw.get("source", {})))
@@ -136,8 +137,11 @@ def count_answer_tokens(dataset: Any, vocab_size: int) -> torch.Tensor:
         if bool(dataset.is_validation[i]):
             continue
         start = int(dataset.offsets[i]) + int(dataset.answer_starts[i])
-        answer = dataset.tokens[start : int(dataset.offsets[i + 1])]
-        counts += torch.bincount(answer.long(), minlength=vocab_size)[:vocab_size]
+        answer = dataset.tokens[start : int(dataset.offsets[i + 1])].long()
+        if answer.numel() and int(answer.max()) >= vocab_size:
+            raise ValueError(f"the data set holds token id {int(answer.max())}, beyond a "
+                             f"vocabulary of {vocab_size}: it was written by another target")
+        counts += torch.bincount(answer, minlength=vocab_size)
     return counts
 
 
@@ -154,27 +158,39 @@ def parse_size(text: str | int) -> int | str:
     raise ValueError(f'a draft vocabulary size is a positive number, "default" or "full"; got {text!r}')
 
 
+def require_file(directory: str | Path | None, size: int | str) -> None:
+    """Raise ``ModelFileNotFound`` when a number of tokens is asked of a head directory
+    without a ranking (checkable before any model loads)."""
+    size = parse_size(size)
+    if isinstance(size, int) and directory is not None and not (Path(directory) / FILE_NAME).is_file():
+        raise ModelFileNotFound(
+            f"a draft vocabulary of {size} tokens needs {FILE_NAME} in the head directory "
+            f"({directory}); write one with `eagle-hal train-draft --stage vocab`"
+        )
+
+
 def restrict(head: Any, directory: str | Path | None, size: int | str) -> Any:
     """``head`` drafting from the vocabulary stored in ``directory``: ``size`` is
     ``"default"`` (the file's default size; the full vocabulary when the head has no file),
     ``"full"`` (the whole target vocabulary) or a number of tokens. Returns the head itself
     or a view of it (parameters shared). Raises ``ModelFileNotFound`` when a size is asked
-    of a head without a ranking, ``ValueError`` for a size the ranking cannot give."""
+    of a head without a ranking, ``UnsupportedModelError`` for a head that carries its own
+    vocabulary (EAGLE-3) or a ranking of another vocabulary, ``ValueError`` for a bad size."""
     size = parse_size(size)
     if size == "full" or head is None:
         return head
     if not hasattr(head, "with_vocabulary"):
         if size == "default":
             return head
-        raise ValueError(f"a {type(head).__name__} carries its own draft vocabulary; use \"default\"")
+        raise UnsupportedModelError(
+            f'a {type(head).__name__} carries its own draft vocabulary; use "default" or "full"'
+        )
+    require_file(directory, size)
     vocabulary = DraftVocabulary.load(directory) if directory is not None else None
     if vocabulary is None:
         if size == "default":
             return head
-        raise ModelFileNotFound(
-            f"a draft vocabulary of {size} tokens needs {FILE_NAME} in the head directory "
-            f"({directory}); write one with `eagle-hal train-draft --stage vocab`"
-        )
+        raise ModelFileNotFound(f"a draft vocabulary of {size} tokens needs a head directory with {FILE_NAME}")
     if vocabulary.vocab_size != head.target_vocab_size:
         raise UnsupportedModelError(
             f"{Path(directory) / FILE_NAME} ranks a vocabulary of {vocabulary.vocab_size} tokens, "

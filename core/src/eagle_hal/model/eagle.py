@@ -245,6 +245,16 @@ class Eagle1DraftModel(EagleDraftModel):
         self._vocab_ids: torch.Tensor | None = None  # [V'] int64
         self._vocab_rows: torch.Tensor | None = None  # [V', H]
 
+    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+        # .to() / .cuda() / .half() reach the draft vocabulary's rows and ids too (a view
+        # shares its modules: moving the view moves the head, and the view's rows follow)
+        out = super()._apply(fn, recurse)
+        rows = getattr(self, "_vocab_rows", None)
+        if rows is not None:
+            self._vocab_rows = fn(rows)
+            self._vocab_ids = self._vocab_ids.to(self._vocab_rows.device)
+        return out
+
     @property
     def draft_vocab_size(self) -> int:
         """How many tokens the head may propose."""
