@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eagle_hal.commands.bench_config import MODES, BenchConfig, mode_spec
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
@@ -37,97 +37,7 @@ from eagle_hal.commands.generate import draft_vocab_size
 
 __all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "mode_spec", "run"]
 
-MODES = ("plain", "chain", "tree", "adaptive")
 PROGRESS_EVERY_S = 30.0  # a timed run says how far it is at most this often
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BenchConfig:
-    """What to measure. Spec settings: ``chain`` is (steps, 1, steps + 1); ``tree`` and
-    ``adaptive`` are (steps, topk, draft_tokens), adaptive choosing S per batch bucket. A
-    mode may carry its own settings after a colon (``mode_spec``): ``chain:S5``,
-    ``tree:S8K4N48``, ``chain:S5V8192`` (V: the draft vocabulary's size, see
-    ``eagle_hal.model.draft_vocab``); the same kind may then appear more than once.
-    ``draft_vocab``: the draft vocabulary of modes that name none."""
-
-    modes: tuple[str, ...] = MODES
-    batch_sizes: tuple[int, ...] = (1,)
-    max_new_tokens: int = 256
-    steps: int = 5
-    topk: int = 4
-    draft_tokens: int | None = 16
-    graphs: bool = True
-    split_timing: bool = True
-    repeats: int = 3
-    seed: int = 0
-    draft_vocab: int | str = "default"
-
-    def __post_init__(self) -> None:
-        unknown = {m.partition(":")[0] for m in self.modes} - set(MODES)
-        if unknown or not self.modes:
-            raise ValueError(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
-        repeated = sorted(m for m, n in Counter(self.modes).items() if n > 1)
-        if repeated:
-            raise ValueError(f"modes {repeated} are given more than once")
-        for mode in self.modes:
-            self.spec_for(mode)  # every mode's settings valid before anything loads
-            self.draft_vocab_for(mode)
-        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
-            raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
-        if self.repeats < 1:
-            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
-
-    def spec_for(self, mode: str) -> Any:
-        """The ``SpecConfig`` of ``mode``: its own settings (``mode_spec``) over the run's."""
-        from eagle_hal.spec.config import SpecConfig
-
-        kind, given = mode_spec(mode)
-        given.pop("V", None)
-        steps = given.get("S", self.steps)
-        if kind == "plain":
-            if given:
-                raise ValueError(f"mode {mode!r}: plain decoding takes no spec settings")
-            return SpecConfig(num_steps=0)
-        if kind == "chain":
-            if given.get("K", 1) != 1:
-                raise ValueError(f"mode {mode!r}: a chain has K = 1")
-            return SpecConfig(num_steps=steps, topk=1, num_draft_tokens=given.get("N"))
-        return SpecConfig(steps, given.get("K", self.topk), given.get("N", self.draft_tokens),
-                          adaptive=kind == "adaptive")
-
-    def draft_vocab_for(self, mode: str) -> int | str:
-        """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``."""
-        from eagle_hal.model.draft_vocab import parse_size
-
-        kind, given = mode_spec(mode)
-        if kind == "plain" and "V" in given:
-            raise ValueError(f"mode {mode!r}: plain decoding drafts nothing, so takes no V")
-        size = parse_size(given.get("V", self.draft_vocab))
-        if kind != "plain" and isinstance(size, int) and size < self.spec_for(mode).topk:
-            raise ValueError(f"mode {mode!r}: a draft vocabulary of {size} tokens cannot give "
-                             f"top-{self.spec_for(mode).topk} branches")
-        return size
-
-
-def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
-    """Split a mode as given to ``--modes`` into its kind and its own spec settings:
-    ``"tree:S8K4N48"`` -> ``("tree", {"S": 8, "K": 4, "N": 48})``; ``"plain"`` ->
-    ``("plain", {})``. S is the draft depth, K the branches, N the verify tokens, V the
-    draft vocabulary's size; any may be left out (the run's ``--spec-*`` and
-    ``--draft-vocab`` values apply), none given twice."""
-    kind, colon, settings = mode.partition(":")
-    given: dict[str, int] = {}
-    if colon:
-        parts = re.findall(r"([A-Za-z])(\d+)", settings)
-        if not parts or "".join(k + v for k, v in parts) != settings:
-            raise ValueError(f"mode {mode!r}: settings must read like S8K4N48 (S depth, "
-                             f"K branches, N verify tokens, V draft vocabulary), got {settings!r}")
-        for key, value in parts:
-            key = key.upper()
-            if key not in "SKNV" or key in given:
-                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N, V once each")
-            given[key] = int(value)
-    return kind, given
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eagle_hal.commands import train_draft_vocab as vocabulary
+
 __all__ = ["add_arguments", "run"]
 
 _DATA_SHARE = 0.45  # of the time budget, under --stage all
@@ -105,16 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--time-budget-min", type=float, default=None, help="wall-time budget of this command"
     )
     what.add_argument("--no-progress", action="store_true", help="no progress bars")
-    what.add_argument(
-        "--vocab-data", type=Path, action="append", default=None, metavar="FILE",
-        help="--stage vocab: data set files whose training answers are counted (repeatable; "
-        "default: --data)",
-    )
-    what.add_argument(
-        "--draft-vocab-coverage", type=float, default=None,
-        help="the draft vocabulary's default size keeps this share of the training answers' "
-        "tokens (default 0.995)",
-    )
+    vocabulary.add_arguments(what)
     data = parser.add_argument_group("data (self-distillation)")
     data.add_argument("--num-prompts", type=int, default=3000)
     data.add_argument("--max-prompt-tokens", type=int, default=96)
@@ -206,16 +199,10 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("eagle-hal train-draft: give --out (and/or --data for the data set file)")
     # Next to the head, not inside it: the head directory may become package data.
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
-    if args.draft_vocab_coverage is not None and not 0.0 < args.draft_vocab_coverage <= 1.0:
-        raise SystemExit("eagle-hal train-draft: --draft-vocab-coverage must lie in (0, 1]")
-    if args.vocab_data and args.stage != "vocab":
-        raise SystemExit("eagle-hal train-draft: --vocab-data is read by --stage vocab only "
-                         "(training ranks its own data)")
+    vocabulary.check_arguments(args)
     if args.stage == "vocab":
-        if args.out is None:
-            raise SystemExit("eagle-hal train-draft: --stage vocab needs --out HEAD_DIR")
         paths = args.vocab_data or [data_path]
-        return _rank_vocabulary(args, [DistillDataset.load(p) for p in paths], paths, None)
+        return vocabulary.rank(args, [DistillDataset.load(p) for p in paths], paths, None)
     if args.stage != "data" and args.out is None:
         raise SystemExit("eagle-hal train-draft: training needs --out DIR")
     if args.stage != "data" and (
@@ -268,40 +255,7 @@ def run(args: argparse.Namespace) -> int:
             )
     remaining = None if budget is None else budget - (time.perf_counter() - started)
     _train(args, backend, target, dataset, command, remaining, started, progress)
-    return _rank_vocabulary(args, [dataset], [data_path], target.config.vocab_size)
-
-
-def _rank_vocabulary(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
-                     vocab_size: int | None) -> int:
-    """Write ``OUT/draft_vocab.json``: the tokens of the data sets' training answers, most
-    frequent first."""
-    import json
-
-    from eagle_hal.model.draft_vocab import DEFAULT_COVERAGE, DraftVocabulary, count_answer_tokens
-
-    if vocab_size is None:  # --stage vocab: the head's own config names the vocabulary
-        config = args.out / "config.json"
-        if not config.is_file():
-            raise SystemExit(f"eagle-hal train-draft: {config} does not exist; train the head first")
-        vocab_size = int(json.loads(config.read_text())["vocab_size"])
-    coverage = DEFAULT_COVERAGE if args.draft_vocab_coverage is None else args.draft_vocab_coverage
-    counts = sum(count_answer_tokens(dataset, vocab_size) for dataset in datasets)
-    source = {"data": [{"file": path.name, "command": dataset.info.command,
-                        "target_sha256": dataset.info.target_sha256, "seed": dataset.info.seed,
-                        "sequences_counted": len(dataset.train_indices())}
-                       for path, dataset in zip(paths, datasets)],
-              "answer_tokens_counted": int(counts.sum()), "coverage": coverage}
-    try:
-        vocabulary = DraftVocabulary.from_counts(counts, coverage=coverage, source=source)
-    except ValueError as exc:
-        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
-    path = vocabulary.save(args.out)
-    _say(
-        f"draft vocabulary: {len(vocabulary.token_ids):,} of {vocab_size:,} tokens seen in "
-        f"{int(counts.sum()):,} answer tokens; default {vocabulary.default_size:,} "
-        f"(keeps {vocabulary.coverage(vocabulary.default_size):.3f}) -> {path}"
-    )
-    return 0
+    return vocabulary.rank(args, [dataset], [data_path], target.config.vocab_size)
 
 
 def _dtype(name: str | None, backend: Any) -> Any:

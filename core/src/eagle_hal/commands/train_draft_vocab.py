@@ -1,0 +1,73 @@
+"""``eagle-hal train-draft``'s draft vocabulary: its arguments, their checks, and the ranking
+written next to the head (``eagle_hal.model.draft_vocab``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_arguments", "check_arguments", "rank"]
+
+
+def add_arguments(group: Any) -> None:
+    """``--vocab-data`` and ``--draft-vocab-coverage``, in ``group`` of the command's parser."""
+    group.add_argument(
+        "--vocab-data", type=Path, action="append", default=None, metavar="FILE",
+        help="--stage vocab: data set files whose training answers are counted (repeatable; "
+        "default: --data)",
+    )
+    group.add_argument(
+        "--draft-vocab-coverage", type=float, default=None,
+        help="the draft vocabulary's default size keeps this share of the training answers' "
+        "tokens (default 0.995)",
+    )
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse bad vocabulary settings before anything loads or trains."""
+    if args.draft_vocab_coverage is not None and not 0.0 < args.draft_vocab_coverage <= 1.0:
+        raise SystemExit("eagle-hal train-draft: --draft-vocab-coverage must lie in (0, 1]")
+    if args.vocab_data and args.stage != "vocab":
+        raise SystemExit("eagle-hal train-draft: --vocab-data is read by --stage vocab only "
+                         "(training ranks its own data)")
+    if args.stage == "vocab" and args.out is None:
+        raise SystemExit("eagle-hal train-draft: --stage vocab needs --out HEAD_DIR")
+
+
+def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
+         vocab_size: int | None) -> int:
+    """Write ``OUT/draft_vocab.json``: the tokens of the data sets' training answers, most
+    frequent first."""
+    import json
+
+    from eagle_hal.model.draft_vocab import DEFAULT_COVERAGE, DraftVocabulary, count_answer_tokens
+
+    if vocab_size is None:  # --stage vocab: the head's own config names the vocabulary
+        config = args.out / "config.json"
+        if not config.is_file():
+            raise SystemExit(f"eagle-hal train-draft: {config} does not exist; train the head first")
+        vocab_size = int(json.loads(config.read_text())["vocab_size"])
+    coverage = DEFAULT_COVERAGE if args.draft_vocab_coverage is None else args.draft_vocab_coverage
+    try:
+        counts = sum(count_answer_tokens(dataset, vocab_size) for dataset in datasets)
+    except ValueError as exc:
+        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+    source = {"data": [{"file": path.name, "command": dataset.info.command,
+                        "target_sha256": dataset.info.target_sha256, "seed": dataset.info.seed,
+                        "sequences_counted": len(dataset.train_indices())}
+                       for path, dataset in zip(paths, datasets)],
+              "answer_tokens_counted": int(counts.sum()), "coverage": coverage}
+    try:
+        vocabulary = DraftVocabulary.from_counts(counts, coverage=coverage, source=source)
+    except ValueError as exc:
+        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+    path = vocabulary.save(args.out)
+    print(
+        f"draft vocabulary: {len(vocabulary.token_ids):,} of {vocab_size:,} tokens seen in "
+        f"{int(counts.sum()):,} answer tokens; default {vocabulary.default_size:,} "
+        f"(keeps {vocabulary.coverage(vocabulary.default_size):.3f}) -> {path}",
+        file=sys.stderr, flush=True,
+    )
+    return 0
