@@ -28,7 +28,7 @@ from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.ops.reference import ReferenceSamplingOps
 from eagle_hal.testing.graphs import EmulatedGraphCapture
 
-FAST_AREAS = ["discovery", "sampling", "attention", "kv", "graphs"]
+FAST_AREAS = ["discovery", "sampling", "model_kernels", "attention", "kv", "graphs"]
 EXAMPLE_SRC = Path(__file__).resolve().parents[3] / "examples" / "third-party-backend" / "src"
 
 
@@ -89,11 +89,17 @@ class ReplaySlicingTheTail(GraphRunner):
         return tuple(out[out.shape[0] - batch.num_tokens :].clone() for out in entry.outputs)
 
 
+def logits_of_the_first_row(x, weight):
+    """An lm_head product that gives every row the first row's logits."""
+    return torch.nn.functional.linear(x[:1], weight).expand(x.shape[0], -1).contiguous()
+
+
 class BrokenCpu(CpuBackend):
-    def __init__(self, ops=None, attention=None, known=None, caps=CAPABILITIES, graphs=False):
+    def __init__(self, ops=None, attention=None, known=None, caps=CAPABILITIES, graphs=False,
+                 kernels=None):
         super().__init__(DESCRIPTOR, parse_device("cpu"))
         self._ops, self._attention, self._known, self._caps = ops, attention, known or {}, caps
-        self._graphs = graphs
+        self._graphs, self._kernels = graphs, kernels
         if graphs:
             self._caps = dataclasses.replace(caps, graph_capture=True)
 
@@ -103,6 +109,9 @@ class BrokenCpu(CpuBackend):
 
     def sampling_ops(self):
         return self._ops or super().sampling_ops()
+
+    def model_kernels(self):
+        return self._kernels or super().model_kernels()
 
     def create_attention_backend(self, config):
         return self._attention(config) if self._attention else super().create_attention_backend(config)
@@ -118,7 +127,8 @@ class BrokenCpu(CpuBackend):
 
 
 def test_cpu_backend_passes_fast_areas():
-    """The cpu backend passes discovery, sampling, attention, kv; graphs skip with a reason."""
+    """The cpu backend passes discovery, sampling, model kernels, attention, kv; graphs skip
+    with a reason."""
     report = run_suite("cpu", areas=FAST_AREAS)
     assert not report.failed, [r.message for r in _failures(report)]
     assert report.area_status("graphs") == "skip"
@@ -158,6 +168,38 @@ def test_triton_ops_pass_sampling_area():
                        extra_args=["-k", "not lossless"])
     assert not report.failed, [r.message for r in _failures(report)]
     assert report.counts("sampling")["pass"] > 40
+
+
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1" or importlib.util.find_spec("triton") is None,
+    reason="needs triton and TRITON_INTERPRET=1 to run the kernels on the CPU",
+)
+def test_triton_model_kernels_pass_model_kernels_area():
+    """The Triton ModelKernels (interpreted on the CPU), fused projections and softmax
+    top-k included, pass the model kernels area in float32; only logits (not supplied)
+    skip. (The interpreter rounds float32 to bfloat16 toward zero, several ulps apart from
+    the oracle after the fused epilogues' four roundings: bfloat16 runs on a GPU.)"""
+    from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
+
+    report = run_suite("cpu", backend=BrokenCpu(kernels=TRITON_MODEL_KERNELS),
+                       areas=["model_kernels"], extra_args=["-k", "float32"])
+    assert not report.failed, [r.message for r in _failures(report)]
+    skipped = [r for r in report.results if r.outcome is Outcome.SKIP]
+    assert skipped and all("/logits[" in r.check_id for r in skipped), [r.check_id for r in skipped]
+    assert all("has no logits" in r.message for r in skipped)
+    assert report.counts("model_kernels")["pass"] > 20
+
+
+def test_logits_of_the_wrong_rows_fail_model_kernels_only():
+    """A logits kernel that repeats the first row fails test_logits at more than one row,
+    and nothing else in the area."""
+    kernels = dataclasses.replace(CpuBackend(DESCRIPTOR, parse_device("cpu")).model_kernels(),
+                                  logits=logits_of_the_first_row)
+    report = run_suite("cpu", backend=BrokenCpu(kernels=kernels), areas=["model_kernels"])
+    failed = _failures(report)
+    assert failed and all("logits" in r.check_id for r in failed)
+    assert {r.check_id.split("[")[1].split("-")[0] for r in failed} == {"2", "6", "16", "40"}
+    assert all("entries outside" in r.message for r in failed)
 
 
 def test_reference_attention_passes_graphs_with_emulated_capture():

@@ -13,9 +13,12 @@ import json
 import pytest
 import torch
 
+from eagle_hal.backends.cpu.kernels import cpu_model_kernels
 from eagle_hal.model import draft_vocab
 from eagle_hal.model.draft_vocab import DraftVocabulary, count_answer_tokens, parse_size, restrict
+from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.errors import ModelFileNotFound, UnsupportedModelError
+from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 from eagle_hal.testing.models import tiny_eagle1, tiny_target
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
@@ -120,10 +123,19 @@ def pair():
     return target, tiny_eagle1(target, seed=22)
 
 
-def test_restricted_topk_is_the_full_softmax_renormalised_over_the_vocabulary(pair):
+@pytest.mark.parametrize("kernels", ["unfused", "reference", "cpu"])
+def test_restricted_topk_is_the_full_softmax_renormalised_over_the_vocabulary(kernels):
     """top-k ids and probabilities equal those of the target's full logits with every
-    token outside the vocabulary masked out."""
-    target, head = pair
+    token outside the vocabulary masked out, whichever kernels compute the lm_head rows
+    (F.linear, or the CPU backend's transposed product)."""
+    target = tiny_target(seed=21, vocab=97)
+    head = tiny_eagle1(target, seed=22)
+    if kernels != "unfused":
+        fuse_for_inference(
+            REFERENCE_MODEL_KERNELS if kernels == "reference" else cpu_model_kernels(),
+            target, head,
+        )
+        assert (head.kernels.logits is not None) == (kernels == "cpu")
     ids = torch.tensor([50, 3, 96, 7, 0, 41, 12, 88, 60, 61, 62, 30])
     view = head.with_vocabulary(ids)
     hidden = torch.randn(5, target.config.hidden_size, generator=torch.Generator().manual_seed(1))
@@ -140,6 +152,10 @@ def test_restricted_topk_is_the_full_softmax_renormalised_over_the_vocabulary(pa
     assert torch.isinf(logits[:, outside]).all()
     torch.testing.assert_close(logits[:, ids].double(), full[:, ids], atol=1e-4, rtol=1e-5)
     assert view.draft_vocab_size == 12 and head.draft_vocab_size == 97
+    whole_probs, whole_ids = head.topk(hidden[:1], 4)  # the whole vocabulary, a single row
+    expected_probs, expected_ids = torch.softmax(full[:1], -1).topk(4, dim=-1)
+    assert whole_ids.tolist() == expected_ids.tolist()
+    torch.testing.assert_close(whole_probs.double(), expected_probs, atol=1e-5, rtol=1e-5)
 
 
 def test_a_view_shares_the_head_and_leaves_it_whole(pair):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.backends.cpu.kernels import cpu_model_kernels
 from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.loading.hf import load_hf_model
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
@@ -31,6 +32,8 @@ RUNS_TRITON = HAS_TRITON and (
 def kernels_named(name: str):
     if name == "reference":
         return REFERENCE_MODEL_KERNELS
+    if name == "cpu":  # the reference with the CPU backend's transposed lm_head product
+        return cpu_model_kernels()
     if not RUNS_TRITON:
         pytest.skip("Triton kernels need triton and an accelerator or TRITON_INTERPRET=1")
     from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
@@ -66,7 +69,7 @@ def run_decode(model, runtime, prompts, steps: int, seed: int):
     return outputs, sequences
 
 
-@pytest.mark.parametrize("kernels", ["reference", "triton"])
+@pytest.mark.parametrize("kernels", ["reference", "cpu", "triton"])
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_fused_model_logits_equal_unfused_and_hf(kind, kernels, hf_tiny, runtime_for):
     """EXTEND then DECODE: the fused model's logits equal the unfused model's and HF's

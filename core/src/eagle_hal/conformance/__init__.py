@@ -23,6 +23,7 @@ __all__ = ["AREAS", "CheckResult", "ConformanceReport", "Outcome", "run_suite"]
 AREAS: tuple[str, ...] = (
     "discovery",
     "sampling",
+    "model_kernels",
     "attention",
     "kv",
     "graphs",

@@ -40,8 +40,8 @@ def pytest_addoption(parser: Any) -> None:
         "--eagle-hal-areas",
         default=None,
         metavar="AREA[,AREA...]",
-        help="run only these areas (discovery, sampling, attention, kv, graphs, end_to_end, "
-        "soak)",
+        help="run only these areas (discovery, sampling, model_kernels, attention, kv, graphs, "
+        "end_to_end, soak)",
     )
     group.addoption(
         "--eagle-hal-report",

@@ -19,6 +19,11 @@ besides attention instead of nine. Larger forwards keep the GEMMs and the kernel
 The draft's next-token candidates, the top-k of a softmax over the whole vocabulary at every
 draft step, may likewise take one pass over the logits (``softmax_topk``) instead of torch's
 softmax and its multi-pass top-k.
+
+The logits themselves, a product of a few hidden rows with the wide ``[V, H]`` vocabulary
+matrix (the target's ``lm_head``, or a draft vocabulary's rows of it), may take a backend's
+own GEMM (``logits``): on a CPU, torch's ``F.linear`` at this shape is several times slower
+than the same product laid out the other way (``eagle_hal.backends.cpu.kernels``).
 """
 
 from __future__ import annotations
@@ -79,3 +84,7 @@ class ModelKernels:
     # softmax(logits.float(), -1), descending, float32 [n, k], and their ids, int64 [n, k];
     # equal probabilities go to the smaller id. None: torch's softmax and topk
     softmax_topk: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]] | None = None
+    # (x [n, H], weight [V, H]) -> x @ weight.T, [n, V] contiguous in weight.dtype, for the
+    # lm_head products (target logits, draft logits over the whole or a draft vocabulary);
+    # numerics those of F.linear up to float32 summation order. None: F.linear
+    logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None

@@ -296,10 +296,17 @@ class Eagle1DraftModel(EagleDraftModel):
         return self.layers[0]
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
+        kernel = self.kernels.logits  # the installed kernels' lm_head product, if any
         if self._vocab_rows is not None:
-            return F.linear(hidden_out.to(self._vocab_rows.dtype), self._vocab_rows)  # [n, V']
+            hidden_out = hidden_out.to(self._vocab_rows.dtype)
+            if kernel is not None:
+                return kernel(hidden_out, self._vocab_rows)  # [n, V']
+            return F.linear(hidden_out, self._vocab_rows)
         lm_head = self._target_lm_head[0]  # called as a module: it may be vocabulary-parallel
-        return lm_head(hidden_out.to(lm_head.weight.dtype))
+        hidden_out = hidden_out.to(lm_head.weight.dtype)
+        if kernel is not None and type(lm_head) is nn.Linear:
+            return kernel(hidden_out, lm_head.weight)
+        return lm_head(hidden_out)
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self._vocab_ids is None else self._vocab_ids[draft_ids]
@@ -373,7 +380,11 @@ class Eagle3DraftModel(EagleDraftModel):
         return self.midlayer
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(hidden_out))
+        normed = self.norm(hidden_out)
+        kernel = self.kernels.logits  # the installed kernels' lm_head product, if any
+        if kernel is not None and type(self.lm_head) is nn.Linear:
+            return kernel(normed, self.lm_head.weight)
+        return self.lm_head(normed)
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]

@@ -141,7 +141,11 @@ class LlamaForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``. Calls the
-        ``lm_head`` module, so a vocabulary-parallel head gathers its shards here."""
+        ``lm_head`` module, so a vocabulary-parallel head gathers its shards here; a plain
+        one goes through the installed kernels' ``logits`` where they have one."""
+        logits = self.model.norm.kernels.logits
+        if logits is not None and type(self.lm_head) is nn.Linear:
+            return logits(hidden, self.lm_head.weight).float()
         return self.lm_head(hidden).float()
 
     def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:

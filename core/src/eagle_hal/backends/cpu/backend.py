@@ -11,12 +11,14 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
     from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
+    from eagle_hal.hal.model_kernels import ModelKernels
 
 __all__ = ["CpuBackend"]
 
 
 class CpuBackend(Backend):
-    """The reference backend. No graph capture; attention is the pure-torch reference."""
+    """The reference backend. No graph capture; attention and the model kernels are the
+    pure-torch reference, the lm_head products a faster layout of the same GEMM."""
 
     @property
     def capabilities(self) -> Capabilities:
@@ -33,3 +35,10 @@ class CpuBackend(Backend):
         from eagle_hal.ops.attention_reference import TorchAttentionBackend
 
         return TorchAttentionBackend(config)
+
+    def model_kernels(self) -> ModelKernels:
+        """The reference kernels with the transposed lm_head product (see
+        ``eagle_hal.backends.cpu.kernels``)."""
+        from eagle_hal.backends.cpu.kernels import cpu_model_kernels
+
+        return cpu_model_kernels()

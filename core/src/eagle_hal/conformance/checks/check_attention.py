@@ -1,4 +1,4 @@
-"""Area 3, attention: the backend's ``AttentionBackend`` in every forward mode against a
+"""Area 4, attention: the backend's ``AttentionBackend`` in every forward mode against a
 dense float64 oracle, over page sizes (1, 16, 64 and any the backend requires or prefers),
 dtypes, ragged batches and every tree-mask layout the backend accepts.
 

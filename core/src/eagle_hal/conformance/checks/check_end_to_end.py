@@ -1,4 +1,4 @@
-"""Area 6, end to end: a tiny random Llama and EAGLE-1 head on the backend.
+"""Area 7, end to end: a tiny random Llama and EAGLE-1 head on the backend.
 
 * Temperature 0: speculative output is token-identical to plain decoding (no draft) on the
   same backend, for chains and trees, with a random head (short accepts) and a matching

@@ -1,4 +1,4 @@
-"""Area 5, graphs: capture and replay equal eager, for draft decode, verify and draft extend,
+"""Area 6, graphs: capture and replay equal eager, for draft decode, verify and draft extend,
 across batch buckets with padding, at the backend's own page size. Skipped (with the reason)
 on backends that declare no graph capture.
 

@@ -1,4 +1,4 @@
-"""Area 4, KV write and move: the backend's attention writes K/V where ``out_cache_loc``
+"""Area 5, KV write and move: the backend's attention writes K/V where ``out_cache_loc``
 says, in its declared layout, and moves of the accepted path (``compact_accepted`` then
 ``KVStorage.move_kv``) on its device put each accepted node's K/V at its new position.
 Oracle: explicit per-slot bookkeeping on the host."""

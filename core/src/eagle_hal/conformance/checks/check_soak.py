@@ -1,4 +1,4 @@
-"""Area 7, soak: a few hundred requests of random lengths and settings through one engine
+"""Area 8, soak: a few hundred requests of random lengths and settings through one engine
 with a small KV cache (so requests queue and may be preempted). No request may fail, every
 output must respect its limits and vocabulary, greedy requests must equal plain decoding,
 and no KV page may be held once everything finished."""
