@@ -397,7 +397,7 @@ def test_a_mode_may_name_its_draft_vocabulary():
     assert config.draft_vocab_for("chain:S5V8192") == 8192
     assert config.draft_vocab_for("chain:S5") == "full"
     assert config.spec_for("chain:S5V8192") == config.spec_for("chain:S5")
-    assert bench.BenchConfig(modes=("tree",)).draft_vocab_for("tree") == "default"
+    assert bench.BenchConfig(modes=("tree",)).draft_vocab_for("tree") == "auto"
     for bad, message in [(("plain:V8",), "takes no V"), (("chain:V0",), "positive number"),
                          (("tree:K4V3",), "cannot give top-4")]:
         with pytest.raises(ValueError, match=message):

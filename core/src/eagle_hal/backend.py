@@ -222,6 +222,16 @@ class Backend(abc.ABC):
 
         return KVLayout()
 
+    @property
+    def prefers_draft_vocabulary(self) -> bool:
+        """Whether a head with a ranking (``draft_vocab.json``) should draft from its
+        default draft vocabulary when the user names none (``draft_vocab="auto"``), rather
+        than from the whole vocabulary. It pays where the lm_head product over the whole
+        vocabulary is a large share of a draft step (a host CPU: 113 MB of float32 a step
+        for SmolLM2); where it is not (an H200: bfloat16, the draft loop in one device
+        graph), the tokens left out only shorten the accepted paths. Default ``False``."""
+        return False
+
     def tolerances(self) -> Tolerances:
         """Numeric tolerances for the conformance suite."""
         return Tolerances()

@@ -19,6 +19,8 @@ from eagle_hal.model.draft_vocab import DraftVocabulary, count_answer_tokens, pa
 from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.errors import ModelFileNotFound, UnsupportedModelError
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
+from eagle_hal.backend import Backend
+from eagle_hal.registry import Registry
 from eagle_hal.testing.models import tiny_eagle1, tiny_target
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
@@ -109,6 +111,7 @@ def test_answer_tokens_counted_one_by_one():
 
 def test_parse_size():
     assert parse_size("default") == "default" and parse_size(" FULL ") == "full"
+    assert parse_size("Auto") == "auto"
     assert parse_size("8192") == 8192 and parse_size(16) == 16
     for bad in ("0", "-3", "lots", 0):
         with pytest.raises(ValueError, match="positive number"):
@@ -172,6 +175,12 @@ def test_a_view_shares_the_head_and_leaves_it_whole(pair):
             head.with_vocabulary(torch.tensor(bad, dtype=torch.int64))
 
 
+class _NoVocabularyPreference:
+    """A backend that, like the base ``Backend``, prefers the whole vocabulary."""
+
+    prefers_draft_vocabulary = False
+
+
 def test_restrict_reads_the_head_directory(pair, tmp_path):
     target, head = pair
     counts = torch.zeros(97, dtype=torch.int64)
@@ -185,6 +194,13 @@ def test_restrict_reads_the_head_directory(pair, tmp_path):
     assert restrict(head, tmp_path, "default").draft_vocab_size == 40  # capped at tokens seen
     assert restrict(head, tmp_path, 8)._vocab_ids.tolist() == list(range(8))
     assert restrict(head, tmp_path, 41)._vocab_ids.tolist() == list(range(41))  # 40 seen, then id 40
+    # "auto": the backend's choice, the whole vocabulary without one
+    cpu = Registry(allow="cpu", environ={}).select("cpu")
+    assert cpu.prefers_draft_vocabulary
+    assert restrict(head, tmp_path, "auto", cpu).draft_vocab_size == 40
+    assert restrict(head, tmp_path, "auto") is head
+    assert restrict(head, tmp_path, "auto", _NoVocabularyPreference()) is head
+    assert Backend.prefers_draft_vocabulary.fget(cpu) is False  # the base class's default
     other = DraftVocabulary.from_counts(torch.ones(50, dtype=torch.int64))
     other.save(tmp_path)
     with pytest.raises(UnsupportedModelError, match="the target has 97"):

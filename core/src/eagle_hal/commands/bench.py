@@ -46,8 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2)")
     parser.add_argument("--draft", default="default", help='EAGLE head directory or "default"')
-    parser.add_argument("--draft-vocab", default="default", type=draft_vocab_size,
-                        help='tokens the head drafts from unless a mode names its V: "default", '
+    parser.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
+                        help='tokens the head drafts from unless a mode names its V: "auto" (the '
+                        'backend\'s choice: "default" on the CPU, "full" elsewhere), "default", '
                         '"full" or the N most frequent')
     parser.add_argument("--dataset", default="mt-bench", help='"mt-bench" or a JSONL/text file')
     parser.add_argument("--num-prompts", type=int, default=16)
@@ -223,7 +224,8 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
         measuring: dict[str, _Measurement] = {}
         for mode in modes:
             _progress(f"bench: warming up {mode}, batch size {batch_size}")
-            head = None if mode == "plain" else restrict(draft, draft_dir, config.draft_vocab_for(mode))
+            size = config.draft_vocab_for(mode)
+            head = None if mode == "plain" else restrict(draft, draft_dir, size, backend)
             llm = LLM.from_models(
                 backend, target, head, spec=config.spec_for(mode),
                 max_batch_size=batch_size, max_context=max_context, seed=config.seed,
@@ -293,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     prompts = [llm.encode(text, chat=True) for text in texts]
     for mode in config.modes:  # every mode's draft vocabulary resolves before any is timed
         if mode_spec(mode)[0] != "plain":
-            restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode))
+            restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode), llm.backend)
     rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
                      max_context=args.max_context, draft_dir=llm.draft_path)
     report: dict[str, Any] = {

@@ -31,7 +31,7 @@ class BenchConfig:
     split_timing: bool = True
     repeats: int = 3
     seed: int = 0
-    draft_vocab: int | str = "default"
+    draft_vocab: int | str = "auto"
 
     def __post_init__(self) -> None:
         unknown = {m.partition(":")[0] for m in self.modes} - set(MODES)

@@ -39,9 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what = parser.add_argument_group("models")
     what.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
     what.add_argument("--draft", default="default", help='EAGLE head directory, "default" or "none"')
-    what.add_argument("--draft-vocab", default="default", type=draft_vocab_size,
-                      help='tokens the head drafts from: "default" (its draft_vocab.json\'s size), '
-                      '"full", or the N most frequent')
+    what.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
+                      help='tokens the head drafts from: "auto" (the backend\'s choice: '
+                      '"default" on the CPU, "full" elsewhere), "default" (its '
+                      'draft_vocab.json\'s size), "full", or the N most frequent')
     prompts = parser.add_argument_group("prompts")
     prompts.add_argument("--prompt", action="append", default=[], help="a prompt (repeatable)")
     prompts.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line")

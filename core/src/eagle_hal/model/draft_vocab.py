@@ -145,17 +145,22 @@ def count_answer_tokens(dataset: Any, vocab_size: int) -> torch.Tensor:
     return counts
 
 
+_WORDS = ("auto", "default", "full")
+
+
 def parse_size(text: str | int) -> int | str:
-    """A draft vocabulary size as given on a command line: ``"default"``, ``"full"`` or a
-    positive number. Raises ``ValueError`` otherwise."""
+    """A draft vocabulary size as given on a command line: ``"auto"``, ``"default"``,
+    ``"full"`` or a positive number. Raises ``ValueError`` otherwise."""
     if isinstance(text, int):
         value: int | str = text
     else:
         word = text.strip().lower()
-        value = word if word in ("default", "full") else (int(word) if word.isdigit() else word)
-    if value in ("default", "full") or (isinstance(value, int) and value >= 1):
+        value = word if word in _WORDS else (int(word) if word.isdigit() else word)
+    if value in _WORDS or (isinstance(value, int) and value >= 1):
         return value
-    raise ValueError(f'a draft vocabulary size is a positive number, "default" or "full"; got {text!r}')
+    raise ValueError(
+        f'a draft vocabulary size is a positive number, "auto", "default" or "full"; got {text!r}'
+    )
 
 
 def require_file(directory: str | Path | None, size: int | str) -> None:
@@ -169,14 +174,18 @@ def require_file(directory: str | Path | None, size: int | str) -> None:
         )
 
 
-def restrict(head: Any, directory: str | Path | None, size: int | str) -> Any:
+def restrict(head: Any, directory: str | Path | None, size: int | str, backend: Any = None) -> Any:
     """``head`` drafting from the vocabulary stored in ``directory``: ``size`` is
-    ``"default"`` (the file's default size; the full vocabulary when the head has no file),
-    ``"full"`` (the whole target vocabulary) or a number of tokens. Returns the head itself
+    ``"auto"`` (``"default"`` where ``backend.prefers_draft_vocabulary``, else ``"full"``;
+    ``"full"`` without a backend), ``"default"`` (the file's default size; the full
+    vocabulary when the head has no file), ``"full"`` (the whole target vocabulary) or a
+    number of tokens. Returns the head itself
     or a view of it (parameters shared). Raises ``ModelFileNotFound`` when a size is asked
     of a head without a ranking, ``UnsupportedModelError`` for a head that carries its own
     vocabulary (EAGLE-3) or a ranking of another vocabulary, ``ValueError`` for a bad size."""
     size = parse_size(size)
+    if size == "auto":
+        size = "default" if getattr(backend, "prefers_draft_vocabulary", False) else "full"
     if size == "full" or head is None:
         return head
     if not hasattr(head, "with_vocabulary"):

@@ -160,7 +160,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     draft_arg = None if args.draft.lower() == "none" else args.draft
     draft_path = default_draft_path(args.model) if draft_arg == "default" else draft_arg
     head = load_eagle_head(draft_path, target, dtype=dtype) if draft_path else None
-    head = restrict(head, draft_path, args.draft_vocab)
+    head = restrict(head, draft_path, args.draft_vocab, backend)
     llm = LLM.from_models(
         backend, target, head, tokenizer, command._spec(args),
         max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,

@@ -36,6 +36,12 @@ class CpuBackend(Backend):
 
         return TorchAttentionBackend(config)
 
+    @property
+    def prefers_draft_vocabulary(self) -> bool:
+        """True: on the CPU the draft's lm_head over the whole vocabulary costs as much as
+        the rest of a draft step (``docs/benchmarks/README.md``, sixteenth session)."""
+        return True
+
     def model_kernels(self) -> ModelKernels:
         """The reference kernels with the transposed lm_head product (see
         ``eagle_hal.backends.cpu.kernels``)."""
