@@ -201,15 +201,20 @@ def counting(kernels, calls: list[str]):
     return dataclasses.replace(kernels, fused_linear=wrapped)
 
 
-@pytest.mark.parametrize("length,fused_path", [(5, True), (33, False)])
-def test_small_forwards_take_the_fused_projections(length, fused_path, hf_tiny, runtime_for):
-    """Forwards of at most ``max_tokens`` rows run every layer through the fused projection
-    kernels (four calls a layer), larger ones through the GEMMs; both give HF's logits."""
+@pytest.mark.parametrize("kernels_name,length,fused_path", [
+    ("triton", 5, True), ("triton", 33, False), ("cpu", 1, True), ("cpu", 16, True),
+    ("cpu", 17, False),
+])
+def test_small_forwards_take_the_fused_projections(kernels_name, length, fused_path, hf_tiny,
+                                                   runtime_for):
+    """Forwards of at most ``max_tokens`` rows (Triton 32, the CPU's transposed GEMMs 16) run
+    every layer through the fused projection kernels (four calls a layer), larger ones
+    through the GEMMs; both give HF's logits."""
     hf_model, directory = hf_tiny("qwen2", seed=8)
     model = load_hf_model(directory)
     calls: list[str] = []
-    kernels = counting(kernels_named("triton"), calls)
-    assert kernels.fused_linear.max_tokens == 32
+    kernels = counting(kernels_named(kernels_name), calls)
+    assert kernels.fused_linear.max_tokens == (32 if kernels_name == "triton" else 16)
     model.fuse_for_inference(kernels)
     prompt = prompts_for(model.config.vocab_size, [length], seed=9)[0]
     runtime = runtime_for(model.config)

@@ -52,36 +52,38 @@ def test_attention_backend_is_the_reference(cpu_backend):
 
 
 def test_model_kernels_are_the_reference_but_the_logits(cpu_backend, monkeypatch):
-    """The CPU keeps the pure-torch model kernels (Triton does not run on it) but for the
-    lm_head product; EAGLE_HAL_CPU_LOGITS=torch keeps F.linear there, a typo is refused."""
+    """The CPU keeps the pure-torch model kernels (Triton does not run on it) but for its
+    GEMMs (the fused projections of small forwards, the lm_head product);
+    EAGLE_HAL_CPU_GEMM=torch keeps F.linear there, a typo is refused."""
     import dataclasses
 
-    from eagle_hal.backends.cpu.kernels import transposed_logits
+    from eagle_hal.backends.cpu.kernels import CPU_FUSED_LINEAR, transposed_product
     from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
     kernels = cpu_backend.model_kernels()
-    assert kernels.logits is transposed_logits
-    assert dataclasses.replace(kernels, name="reference", logits=None) == REFERENCE_MODEL_KERNELS
-    monkeypatch.setenv("EAGLE_HAL_CPU_LOGITS", "torch")
+    assert kernels.logits is transposed_product and kernels.fused_linear is CPU_FUSED_LINEAR
+    assert dataclasses.replace(kernels, name="reference", logits=None,
+                               fused_linear=None) == REFERENCE_MODEL_KERNELS
+    monkeypatch.setenv("EAGLE_HAL_CPU_GEMM", "torch")
     assert cpu_backend.model_kernels() is REFERENCE_MODEL_KERNELS
-    monkeypatch.setenv("EAGLE_HAL_CPU_LOGITS", "trasnposed")
-    with pytest.raises(ValueError, match="EAGLE_HAL_CPU_LOGITS"):
+    monkeypatch.setenv("EAGLE_HAL_CPU_GEMM", "trasnposed")
+    with pytest.raises(ValueError, match="EAGLE_HAL_CPU_GEMM"):
         cpu_backend.model_kernels()
 
 
 @pytest.mark.parametrize("rows", [1, 2, 7, 16, 40])
 @pytest.mark.parametrize("vocab", [97, 4099])
-def test_transposed_logits_are_the_product_in_float64(rows, vocab):
+def test_the_transposed_product_is_the_product_in_float64(rows, vocab):
     """x @ W.T against a float64 product: every row count (a single row goes in twice),
     contiguous, float32; bfloat16 takes F.linear and its rounding."""
-    from eagle_hal.backends.cpu.kernels import transposed_logits
+    from eagle_hal.backends.cpu.kernels import transposed_product
 
     gen = torch.Generator().manual_seed(rows * vocab)
     weight = torch.randn(vocab, 64, generator=gen)
     x = torch.randn(rows, 64, generator=gen)
-    got = transposed_logits(x, weight)
+    got = transposed_product(x, weight)
     assert got.shape == (rows, vocab) and got.is_contiguous() and got.dtype == torch.float32
     torch.testing.assert_close(got.double(), x.double() @ weight.double().T, atol=1e-4, rtol=0)
-    half = transposed_logits(x.bfloat16(), weight.bfloat16())
+    half = transposed_product(x.bfloat16(), weight.bfloat16())
     assert half.dtype == torch.bfloat16
     assert torch.equal(half, torch.nn.functional.linear(x.bfloat16(), weight.bfloat16()))

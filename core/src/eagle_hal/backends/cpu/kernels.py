@@ -1,16 +1,27 @@
-"""The CPU backend's model kernels: the pure-torch reference, with a faster lm_head product.
+"""The CPU backend's model kernels: the pure-torch reference, with its GEMMs laid out the
+way MKL streams weights fastest.
 
-The logits of a few hidden rows ``x`` ``[n, H]`` are ``x @ W.T`` with the wide vocabulary
-matrix ``W`` ``[V, H]`` (SmolLM2: 49,152 x 576, 113 MB of float32). torch's ``F.linear``
-at this shape took 9.4 ms for one row and 16-21 ms for 2 to 6 rows on the 2-core
-development machine (torch 2.13.0+cpu, MKL 2024.2), while the same product laid out as
-``W @ x.T`` took 3.1 ms for one row (given as two, as one row takes MKL's slower
-matrix-vector path) and 3.2-6.7 ms for 2 to 6 rows; from about 16 rows on the two are
-alike, and at 48 and more ``F.linear`` wins, so larger products keep it
-(``benchmarks/cpu_logits.py`` measures both on any machine). Plain decoding computes one such
-row a token, a chain's verify S + 1 and every draft step of a tree K.
+A forward of a few rows ``x`` ``[n, In]`` reads every weight ``W`` ``[Out, In]`` once from
+memory: SmolLM2-135M's 30 layers are 425 MB of float32, its ``lm_head`` 113 MB more, too
+much for any cache, so the rate at which a GEMM streams ``W`` sets the speed of decoding.
+torch's ``F.linear`` (``x @ W.T``) streamed at about 12 GB/s on the 2-core development
+machine (torch 2.13.0+cpu, MKL 2024.2); the same product laid out as ``W @ x.T`` at about
+36 GB/s for up to four rows. ``benchmarks/cpu_gemm.py`` measures both on any machine,
+weights streamed from memory as in a forward (``cpu-2026-12-05b/cpu_gemm.txt`` under
+``docs/benchmarks``):
 
-``EAGLE_HAL_CPU_LOGITS=torch`` keeps ``F.linear`` (for A/B runs).
+* the 30 layers' projections at one row: 34.6 ms with ``F.linear``, 16.6 ms transposed;
+  2-4 rows 46-56 ms against 15-21 ms; 6-16 rows still 11-14 % faster;
+* the ``lm_head`` (49,152 rows): one row 9.6 ms against 3.1 ms, 2-6 rows 16.6-21.6 ms
+  against 3.1-6.8 ms; from 16 rows on the two are alike and ``F.linear`` is kept.
+
+A single row goes in twice (MKL's one-column path is the slow one; a stride-0 ``expand``
+of the row was slower still). So the CPU backend supplies the reference kernels with
+``FusedLinearKernels`` (forwards of at most ``MAX_ROWS`` rows: the projections run
+transposed between the reference's norm, rotary and gate, which is what the layers' fused
+path calls) and ``logits`` (the ``lm_head`` products). Float32 only: other dtypes take
+``F.linear`` inside the same kernels. ``EAGLE_HAL_CPU_GEMM=torch`` switches both off (for
+A/B runs).
 """
 
 from __future__ import annotations
@@ -21,34 +32,95 @@ import os
 import torch
 import torch.nn.functional as F
 
-from eagle_hal.hal.model_kernels import ModelKernels
-from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
+from eagle_hal.hal.model_kernels import FusedLinearKernels, ModelKernels
+from eagle_hal.ops import reference_model as reference
 
-__all__ = ["MAX_ROWS", "cpu_model_kernels", "transposed_logits"]
+__all__ = [
+    "CPU_FUSED_LINEAR", "MAX_ROWS", "cpu_model_kernels", "gate_up_silu", "linear",
+    "qkv_rotary", "transposed_product",
+]
 
 # Above this many rows F.linear is as fast or faster (the transposed result's copy costs)
 MAX_ROWS = 16
 
 
-def transposed_logits(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` ``[n, V]`` (contiguous, in ``weight.dtype``) computed as
+def transposed_product(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` ``[n, Out]`` (contiguous, in ``weight.dtype``) computed as
     ``weight @ x.T``; a single row goes in twice so that the product stays a matrix
     product. Float32 and at most ``MAX_ROWS`` rows; otherwise ``F.linear``."""
     x = x.to(weight.dtype)
     if weight.dtype != torch.float32 or x.dim() != 2 or x.shape[0] > MAX_ROWS:
         return F.linear(x, weight)
     rows = x.shape[0]
-    # (a stride-0 expand of the row measured 3x slower than F.linear: MKL copies it)
     columns = x.repeat(2, 1) if rows == 1 else x
     return torch.mm(weight, columns.T).T[:rows].contiguous()
 
 
+def _normed_and_stream(
+    x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The projection's input ``[norm](x [+ residual])`` and the stream (``x`` itself
+    without a residual), by the reference kernels."""
+    if residual is None:
+        normed = x if norm_weight is None else reference.rms_norm(x, norm_weight, eps)
+        return normed, x
+    if norm_weight is None:
+        stream = x + residual
+        return stream, stream
+    return reference.add_rms_norm(x, residual, norm_weight, eps)
+
+
+def qkv_rotary(
+    x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None,
+    eps: float, weight: torch.Tensor, bias: torch.Tensor | None, cos: torch.Tensor,
+    sin: torch.Tensor, num_heads: int, num_kv_heads: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``FusedLinearKernels.qkv_rotary``: q and k rotated, v, and the stream."""
+    normed, stream = _normed_and_stream(x, residual, norm_weight, eps)
+    qkv = transposed_product(normed, weight)
+    if bias is not None:
+        qkv = qkv + bias
+    rows, head_dim = x.shape[0], cos.shape[-1]
+    q, k, v = qkv.split([num_heads * head_dim, num_kv_heads * head_dim,
+                         num_kv_heads * head_dim], dim=-1)
+    q, k = reference.rotary(q.view(rows, num_heads, head_dim),
+                            k.view(rows, num_kv_heads, head_dim), cos, sin)
+    return q, k, v.view(rows, num_kv_heads, head_dim), stream
+
+
+def gate_up_silu(
+    x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.Tensor | None,
+    eps: float, weight: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``FusedLinearKernels.gate_up_silu``: ``silu(gate) * up`` and the stream."""
+    normed, stream = _normed_and_stream(x, residual, norm_weight, eps)
+    return reference.silu_mul(transposed_product(normed, weight)), stream
+
+
+def linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+    add: torch.Tensor | None,
+) -> torch.Tensor:
+    """``FusedLinearKernels.linear``: ``x @ weight.T [+ bias] [+ add]``."""
+    out = transposed_product(x, weight)
+    if bias is not None:
+        out = out + bias
+    return out if add is None else add + out
+
+
+CPU_FUSED_LINEAR = FusedLinearKernels(
+    max_tokens=MAX_ROWS, qkv_rotary=qkv_rotary, gate_up_silu=gate_up_silu, linear=linear
+)
+
+
 def cpu_model_kernels() -> ModelKernels:
-    """The reference kernels with ``transposed_logits`` for the lm_head products, unless
-    ``EAGLE_HAL_CPU_LOGITS`` is ``torch``."""
-    setting = os.environ.get("EAGLE_HAL_CPU_LOGITS", "").strip().lower()
+    """The reference kernels with the transposed GEMMs (``CPU_FUSED_LINEAR`` and
+    ``logits``), unless ``EAGLE_HAL_CPU_GEMM`` is ``torch``."""
+    setting = os.environ.get("EAGLE_HAL_CPU_GEMM", "").strip().lower()
     if setting == "torch":
-        return REFERENCE_MODEL_KERNELS
+        return reference.REFERENCE_MODEL_KERNELS
     if setting not in ("", "transposed"):
-        raise ValueError(f"EAGLE_HAL_CPU_LOGITS={setting!r}: expected 'transposed' or 'torch'")
-    return dataclasses.replace(REFERENCE_MODEL_KERNELS, name="cpu", logits=transposed_logits)
+        raise ValueError(f"EAGLE_HAL_CPU_GEMM={setting!r}: expected 'transposed' or 'torch'")
+    return dataclasses.replace(reference.REFERENCE_MODEL_KERNELS, name="cpu",
+                               fused_linear=CPU_FUSED_LINEAR, logits=transposed_product)
