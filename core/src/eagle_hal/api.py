@@ -51,7 +51,8 @@ class LLM:
     ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name. ``graphs``:
     ``"auto"`` replays device graphs where the backend can capture them (CUDA) and runs
     eagerly elsewhere, ``True`` requires them (``ValueError`` when the backend cannot),
-    ``False`` runs every forward eagerly.
+    ``False`` runs every forward eagerly. ``spec`` ``None``: the backend's default
+    (``Backend.default_spec``: a chain of S = 3 on the CPU, S = 5 elsewhere).
     """
 
     def __init__(
@@ -90,7 +91,7 @@ class LLM:
         head = load_eagle_head(draft_path, target, dtype=torch_dtype) if draft_path else None
         head = vocabulary.restrict(head, draft_path, draft_vocab, selected)
         self._setup(
-            selected, target, head, tokenizer, spec or SpecConfig(), torch_dtype,
+            selected, target, head, tokenizer, spec or selected.default_spec(), torch_dtype,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed,
         )

@@ -232,6 +232,15 @@ class Backend(abc.ABC):
         graph), the tokens left out only shorten the accepted paths. Default ``False``."""
         return False
 
+    def default_spec(self) -> Any:
+        """The ``SpecConfig`` an ``LLM`` (and ``eagle-hal generate``) speculates with when
+        the user gives none: the library's default (a chain of S = 5) unless a backend
+        knows a better shape for its device, such as a shorter verify block where its GEMMs
+        slow down past a few rows (the CPU)."""
+        from eagle_hal.spec.config import SpecConfig
+
+        return SpecConfig()
+
     def tolerances(self) -> Tolerances:
         """Numeric tolerances for the conformance suite."""
         return Tolerances()

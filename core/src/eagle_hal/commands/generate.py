@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument("--top-k", type=int, default=0)
     sampling.add_argument("--seed", type=int, default=None)
     spec = parser.add_argument_group("speculation")
-    spec.add_argument("--spec-steps", type=int, default=None, help="draft steps S (0: no speculation)")
+    spec.add_argument("--spec-steps", type=int, default=None,
+                      help="draft steps S (0: no speculation; default: the backend's, 3 on the CPU, else 5)")
     spec.add_argument("--spec-topk", type=int, default=None, help="branches per step K (1: chain)")
     spec.add_argument("--spec-draft-tokens", type=int, default=None, help="verify tokens N per request")
     spec.add_argument("--adaptive", action="store_true", help="let the controller choose S")
@@ -79,10 +80,11 @@ def _prompts(args: argparse.Namespace) -> list[str]:
     return prompts
 
 
-def _spec(args: argparse.Namespace) -> Any:
+def _spec(args: argparse.Namespace, backend: Any) -> Any:
+    """The command line's spec settings over ``backend``'s default spec."""
     from eagle_hal.spec.config import SpecConfig
 
-    base = SpecConfig()
+    base = backend.default_spec()
     steps = base.num_steps if args.spec_steps is None else args.spec_steps
     topk = base.topk if args.spec_topk is None else args.spec_topk
     return SpecConfig(num_steps=steps, topk=topk, num_draft_tokens=args.spec_draft_tokens,
@@ -108,8 +110,11 @@ def run(args: argparse.Namespace) -> int:
     )
     draft = None if args.draft.lower() == "none" else args.draft
     started = time.perf_counter()
+    from eagle_hal.registry import select_backend
+
+    spec = _spec(args, select_backend(args.device, backend=args.backend))
     llm = LLM(
-        model=args.model, draft=draft, device=args.device, backend=args.backend, spec=_spec(args),
+        model=args.model, draft=draft, device=args.device, backend=args.backend, spec=spec,
         dtype=args.dtype, max_batch_size=args.max_batch_size, max_context=args.max_context,
         seed=args.seed, progress=not args.json, graphs=not args.no_graphs and "auto",
         draft_vocab=args.draft_vocab,

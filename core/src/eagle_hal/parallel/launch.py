@@ -162,7 +162,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     head = load_eagle_head(draft_path, target, dtype=dtype) if draft_path else None
     head = restrict(head, draft_path, args.draft_vocab, backend)
     llm = LLM.from_models(
-        backend, target, head, tokenizer, command._spec(args),
+        backend, target, head, tokenizer, command._spec(args, backend),
         max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
     )
     llm.draft_path = draft_path

@@ -87,3 +87,22 @@ def test_the_transposed_product_is_the_product_in_float64(rows, vocab):
     half = transposed_product(x.bfloat16(), weight.bfloat16())
     assert half.dtype == torch.bfloat16
     assert torch.equal(half, torch.nn.functional.linear(x.bfloat16(), weight.bfloat16()))
+
+
+def test_default_spec_is_a_chain_of_three(cpu_backend):
+    """The CPU speculates with a chain of S = 3 when the user names no spec (its 4-row
+    verify keeps the transposed GEMMs fast); command-line settings apply over it."""
+    import argparse
+
+    from eagle_hal.backend import Backend
+    from eagle_hal.commands.generate import _spec
+    from eagle_hal.spec.config import SpecConfig
+
+    spec = cpu_backend.default_spec()
+    assert (spec.num_steps, spec.topk, spec.draft_tokens, spec.adaptive) == (3, 1, 4, False)
+    assert Backend.default_spec(cpu_backend) == SpecConfig()  # the base class's: S = 5
+    given = argparse.Namespace(spec_steps=None, spec_topk=None, spec_draft_tokens=None,
+                               adaptive=False)
+    assert _spec(given, cpu_backend) == spec
+    tree = _spec(argparse.Namespace(**{**vars(given), "spec_topk": 2}), cpu_backend)
+    assert (tree.num_steps, tree.topk) == (3, 2)

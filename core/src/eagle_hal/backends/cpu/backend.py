@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eagle_hal.backend import Backend, Capabilities
 from eagle_hal.backends.cpu.plugin import CAPABILITIES
@@ -41,6 +41,15 @@ class CpuBackend(Backend):
         """True: on the CPU the draft's lm_head over the whole vocabulary costs as much as
         the rest of a draft step (``docs/benchmarks/README.md``, sixteenth session)."""
         return True
+
+    def default_spec(self) -> Any:
+        """A chain of S = 3: its verify block of 4 rows keeps the transposed GEMMs on their
+        fast path (``backends/cpu/kernels.py``: 30 layers at 4 rows 20.6 ms, at 6 rows 35.6
+        ms, at 1 row 16.6 ms); on 10 MT-bench first turns x 128 tokens it ran 1.24x plain
+        decoding where S = 5 ran 0.79x (``docs/benchmarks/README.md``, seventeenth session)."""
+        from eagle_hal.spec.config import SpecConfig
+
+        return SpecConfig(num_steps=3)
 
     def model_kernels(self) -> ModelKernels:
         """The reference kernels with the transposed lm_head product (see
