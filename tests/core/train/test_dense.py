@@ -98,8 +98,10 @@ def test_draft_forward_matches_inference(cpu_backend, models, sequences):
     padded_hidden = torch.stack([torch.cat([h, torch.zeros(length - len(h), 32)]) for h in hidden])
     dense = draft_forward(head, _padded(sequences), padded_hidden)
     for row, ids in enumerate(sequences):
+        # (rtol: the CPU backend's inference GEMMs sum in another order than F.linear;
+        # outputs reach ~10, where float32 rounding alone differs by ~1e-6)
         torch.testing.assert_close(
-            dense[row, : len(ids)], expected[row].detach(), atol=ATOL, rtol=0
+            dense[row, : len(ids)], expected[row].detach(), atol=ATOL, rtol=1e-5
         )
     dense[0, : LENGTHS[0]].sum().backward()
     assert head.fc.weight.grad is not None and head.fc.weight.grad.abs().sum() > 0
