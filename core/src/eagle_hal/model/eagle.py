@@ -38,7 +38,14 @@ from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBa
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.fusion import fuse_for_inference
-from eagle_hal.model.layers import MLP, Attention, RMSNorm, RotaryEmbedding, fused_kernels_for
+from eagle_hal.model.layers import (
+    MLP,
+    Attention,
+    RMSNorm,
+    RotaryEmbedding,
+    fused_kernels_for,
+    lm_head_logits,
+)
 from eagle_hal.model.llama import LlamaForCausalLM, ModelOutput
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
@@ -296,17 +303,14 @@ class Eagle1DraftModel(EagleDraftModel):
         return self.layers[0]
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
-        kernel = self.kernels.logits  # the installed kernels' lm_head product, if any
         if self._vocab_rows is not None:
             hidden_out = hidden_out.to(self._vocab_rows.dtype)
+            kernel = self.kernels.logits  # the installed kernels' lm_head product, if any
             if kernel is not None:
                 return kernel(hidden_out, self._vocab_rows)  # [n, V']
             return F.linear(hidden_out, self._vocab_rows)
         lm_head = self._target_lm_head[0]  # called as a module: it may be vocabulary-parallel
-        hidden_out = hidden_out.to(lm_head.weight.dtype)
-        if kernel is not None and type(lm_head) is nn.Linear:
-            return kernel(hidden_out, lm_head.weight)
-        return lm_head(hidden_out)
+        return lm_head_logits(self.kernels, lm_head, hidden_out.to(lm_head.weight.dtype))
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids if self._vocab_ids is None else self._vocab_ids[draft_ids]
@@ -380,11 +384,7 @@ class Eagle3DraftModel(EagleDraftModel):
         return self.midlayer
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
-        normed = self.norm(hidden_out)
-        kernel = self.kernels.logits  # the installed kernels' lm_head product, if any
-        if kernel is not None and type(self.lm_head) is nn.Linear:
-            return kernel(normed, self.lm_head.weight)
-        return self.lm_head(normed)
+        return lm_head_logits(self.kernels, self.lm_head, self.norm(hidden_out))
 
     def _to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         return draft_ids + self.d2t[draft_ids]

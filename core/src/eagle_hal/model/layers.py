@@ -39,6 +39,7 @@ __all__ = [
     "apply_rotary",
     "fuse_linears",
     "fused_kernels_for",
+    "lm_head_logits",
 ]
 
 
@@ -265,6 +266,15 @@ class Attention(nn.Module):
         out = attn.forward(self.layer_id, q, k, v, batch)  # [T, num_heads, head_dim]
         out = out.reshape(x.shape[0], self.num_heads * self.head_dim)
         return fused.linear(out, self.o_proj.weight, self.o_proj.bias, None), stream
+
+
+def lm_head_logits(kernels: ModelKernels, lm_head: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``lm_head(x)``, through ``kernels.logits`` where there is one and ``lm_head`` is a
+    plain ``nn.Linear`` (a vocabulary-parallel head is called as a module: it gathers its
+    shards)."""
+    if kernels.logits is not None and type(lm_head) is nn.Linear:
+        return kernels.logits(x, lm_head.weight)
+    return lm_head(x)
 
 
 def fused_kernels_for(

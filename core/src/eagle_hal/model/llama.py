@@ -21,7 +21,7 @@ from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBa
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.fusion import fuse_for_inference
-from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding
+from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding, lm_head_logits
 from eagle_hal.model.weights import load_named_tensors
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
@@ -143,10 +143,7 @@ class LlamaForCausalLM(nn.Module):
         """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``. Calls the
         ``lm_head`` module, so a vocabulary-parallel head gathers its shards here; a plain
         one goes through the installed kernels' ``logits`` where they have one."""
-        logits = self.model.norm.kernels.logits
-        if logits is not None and type(self.lm_head) is nn.Linear:
-            return logits(hidden, self.lm_head.weight).float()
-        return self.lm_head(hidden).float()
+        return lm_head_logits(self.model.norm.kernels, self.lm_head, hidden).float()
 
     def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:
         """Fill every parameter from HF-named ``(name, tensor)`` pairs (see
