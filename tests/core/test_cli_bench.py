@@ -7,6 +7,7 @@ reproduce its tokens: ``same_as_plain``); arithmetic identities of the reported 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -388,6 +389,32 @@ def test_mode_spec_reads_each_modes_own_settings():
                          (("tree:S2", "tree:S2"), "more than once"), (("fast:S2",), "unknown modes")]:
         with pytest.raises(ValueError, match=message):
             bench.BenchConfig(modes=bad)
+
+
+def test_modes_without_settings_take_the_backends_default_spec_of_their_kind():
+    """A mode's own settings, over the run's, over the backend's default spec of its kind
+    (the CPU's: chains of S = 3, trees S3 K2 N4, adaptive chains S = 0-3); without
+    ``base_specs`` the library's (S = 5 chains, S5 K4 N16 trees). N follows the shape."""
+    from eagle_hal.backend import SPEC_KINDS
+
+    cpu = select_backend("cpu")
+    config = bench.BenchConfig(
+        modes=("plain", "chain", "tree", "adaptive", "tree:S5"),
+        base_specs={kind: cpu.default_spec(kind) for kind in SPEC_KINDS},
+    )
+    shape = lambda s: (s.num_steps, s.topk, s.draft_tokens, s.adaptive)  # noqa: E731
+    assert shape(config.spec_for("chain")) == (3, 1, 4, False)
+    assert shape(config.spec_for("tree")) == (3, 2, 4, False)
+    assert config.spec_for("adaptive") == cpu.default_spec("adaptive")
+    assert shape(config.spec_for("tree:S5")) == (5, 2, 11, False)  # min(2 * 5 + 1, 16)
+    wide = dataclasses.replace(config, topk=4)  # --spec-topk 4
+    assert shape(wide.spec_for("tree")) == (3, 4, 13, False)
+    assert shape(wide.spec_for("chain")) == (3, 1, 4, False)  # K is for trees
+    library = bench.BenchConfig()
+    assert shape(library.spec_for("chain")) == (5, 1, 6, False)
+    assert shape(library.spec_for("tree")) == (5, 4, 16, False)
+    assert shape(library.spec_for("adaptive")) == (5, 4, 16, True)
+    assert shape(bench.BenchConfig(steps=8).spec_for("tree")) == (8, 4, 16, False)
 
 
 def test_a_mode_may_name_its_draft_vocabulary():

@@ -285,3 +285,17 @@ def test_implementation_failing_to_import_raises_chained(fake_dists):
     with pytest.raises(PluginLoadError) as excinfo:
         registry.select("cpu")
     assert isinstance(excinfo.value.__cause__, ModuleNotFoundError)
+
+
+def test_an_llm_takes_a_backend_already_selected_on_its_own_device() -> None:
+    """``LLM(backend=<Backend>)`` uses the instance as is (``generate`` and ``bench`` select
+    once); a device string naming another device is refused before anything loads."""
+    from eagle_hal.api import LLM, _given_backend
+    from eagle_hal.registry import select_backend
+
+    cpu = select_backend("cpu")
+    for device in ("auto", "cpu"):
+        assert _given_backend(cpu, device) is cpu
+    assert _given_backend("cpu", "cpu") is None and _given_backend(None, "auto") is None
+    with pytest.raises(ValueError, match=r"device 'cuda:0' does not match .*cpu"):
+        LLM(draft=None, device="cuda:0", backend=cpu)

@@ -48,7 +48,8 @@ class LLM:
     ``"full"`` on the GPU backends), ``"default"`` (the size its ``draft_vocab.json``
     names, else the whole vocabulary), ``"full"``, or the N most frequent
     (``eagle_hal.model.draft_vocab``). ``device``: a device string (``"cpu"``,
-    ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name. ``graphs``:
+    ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name, or is one
+    already selected (``select_backend``), used as is (``device`` then "auto" or its own). ``graphs``:
     ``"auto"`` replays device graphs where the backend can capture them (CUDA) and runs
     eagerly elsewhere, ``True`` requires them (``ValueError`` when the backend cannot),
     ``False`` runs every forward eagerly. ``spec`` ``None``: the backend's default
@@ -60,7 +61,7 @@ class LLM:
         model: str | Path | None = None,
         draft: str | Path | None = "default",
         device: str = "auto",
-        backend: str | None = None,
+        backend: str | Backend | None = None,
         spec: SpecConfig | None = None,
         dtype: str | torch.dtype | None = None,
         *,
@@ -79,7 +80,7 @@ class LLM:
 
         draft_path = default_draft_path(model) if draft == "default" else draft
         vocabulary.require_file(draft_path, draft_vocab)  # a bad size fails before anything loads
-        selected = select_backend(device, backend=backend)
+        selected = _given_backend(backend, device) or select_backend(device, backend=backend)
         torch_dtype = _resolve_dtype(dtype, selected)
         target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device, progress=progress)
         if draft == "default" and draft_path is None:
@@ -307,6 +308,18 @@ def _as_prompt_list(prompts: Any) -> list[Prompt]:
     if isinstance(items[0], Mapping):
         return [items]  # one chat conversation
     return items
+
+
+def _given_backend(backend: str | Backend | None, device: str) -> Backend | None:
+    """``backend`` when it is a ``Backend`` already selected (``None`` for a name or none);
+    ``ValueError`` where ``device`` names another device than the one it runs on."""
+    if not isinstance(backend, Backend):
+        return None
+    own = backend.torch_device
+    if device not in ("auto", str(own), own.type):
+        raise ValueError(f"device {device!r} does not match the backend given "
+                         f"({backend.name} on {own})")
+    return backend
 
 
 def _resolve_dtype(dtype: str | torch.dtype | None, backend: Backend) -> torch.dtype:

@@ -37,6 +37,8 @@ __all__ = [
     "Backend",
     "BackendDescriptor",
     "Capabilities",
+    "SPEC_KINDS",
+    "library_default_spec",
     "TreeMaskMode",
     "Tolerances",
 ]
@@ -232,14 +234,15 @@ class Backend(abc.ABC):
         graph), the tokens left out only shorten the accepted paths. Default ``False``."""
         return False
 
-    def default_spec(self) -> Any:
-        """The ``SpecConfig`` an ``LLM`` (and ``eagle-hal generate``) speculates with when
-        the user gives none: the library's default (a chain of S = 5) unless a backend
-        knows a better shape for its device, such as a shorter verify block where its GEMMs
-        slow down past a few rows (the CPU)."""
-        from eagle_hal.spec.config import SpecConfig
-
-        return SpecConfig()
+    def default_spec(self, kind: str = "chain") -> Any:
+        """The ``SpecConfig`` to speculate with when the user gives none, per ``kind``:
+        ``"chain"`` (what an ``LLM`` and ``eagle-hal generate`` use), ``"tree"`` and
+        ``"adaptive"`` (``generate --adaptive`` and ``eagle-hal bench``'s modes). The
+        library's defaults: a chain of S = 5, a tree of S = 5, K = 4, N = 16 and the
+        adaptive mode over that tree. A backend overrides them where it knows better
+        shapes for its device, such as shorter verify blocks where its GEMMs slow down
+        past a few rows (the CPU)."""
+        return library_default_spec(kind)
 
     def tolerances(self) -> Tolerances:
         """Numeric tolerances for the conformance suite."""
@@ -269,3 +272,22 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device_spec}>"
+
+
+SPEC_KINDS = ("chain", "tree", "adaptive")
+
+
+def check_spec_kind(kind: str) -> None:
+    """``ValueError`` unless ``kind`` is one of ``SPEC_KINDS`` (``Backend.default_spec``)."""
+    if kind not in SPEC_KINDS:
+        raise ValueError(f"unknown spec kind {kind!r}; choose from {', '.join(SPEC_KINDS)}")
+
+
+def library_default_spec(kind: str = "chain") -> Any:
+    """The library's default ``SpecConfig`` of ``kind`` (see ``Backend.default_spec``)."""
+    from eagle_hal.spec.config import SpecConfig
+
+    check_spec_kind(kind)
+    if kind == "chain":
+        return SpecConfig()
+    return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16, adaptive=kind == "adaptive")

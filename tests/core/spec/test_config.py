@@ -39,3 +39,22 @@ def test_bad_values_rejected(kwargs: dict) -> None:
 def test_plain_through_spec_path() -> None:
     config = SpecConfig(num_steps=0)
     assert config.draft_tokens == 1 and config.max_candidates == 0
+
+
+def test_settings_over_a_spec_keep_its_n_only_where_its_shape_stays() -> None:
+    """``with_settings``: None keeps the base's value; N carries over only with the base's
+    S and K (a default N must not land on a shape it does not fit), else it is the one
+    given or the new shape's default, counted by hand."""
+    tree = SpecConfig(num_steps=3, topk=2, num_draft_tokens=4, adaptive=True,
+                      adaptive_steps=(0, 2))
+    assert tree.with_settings() == tree
+    assert tree.with_settings(3, 2) == tree  # the same shape named explicitly
+    deeper = tree.with_settings(steps=5)
+    assert (deeper.num_steps, deeper.topk, deeper.draft_tokens) == (5, 2, 2 * 5 + 1)
+    assert deeper.adaptive and deeper.adaptive_steps == (0, 2)  # the rest is the base's
+    wide = tree.with_settings(topk=4, draft_tokens=9)
+    assert (wide.num_steps, wide.topk, wide.draft_tokens) == (3, 4, 9)
+    chain = SpecConfig(num_steps=5, topk=4, num_draft_tokens=16).with_settings(1, 1)
+    assert (chain.num_steps, chain.topk, chain.draft_tokens) == (1, 1, 2)
+    with pytest.raises(ValueError, match="at most 4"):  # a given N is checked, not adapted
+        SpecConfig(num_steps=5, topk=4, num_draft_tokens=16).with_settings(1, draft_tokens=16)

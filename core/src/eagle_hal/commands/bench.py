@@ -57,9 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
                         + ",".join(MODES) + "; each may carry its own spec settings, "
                         "e.g. plain,chain:S5,tree:S8K4N48,chain:S5V8192")
-    parser.add_argument("--spec-steps", type=int, default=5)
-    parser.add_argument("--spec-topk", type=int, default=4, help="branches for tree/adaptive")
-    parser.add_argument("--spec-draft-tokens", type=int, default=16)
+    parser.add_argument("--spec-steps", type=int, default=None,
+                        help="draft depth S of modes that name none (default: the backend's "
+                        "default spec of each mode's kind)")
+    parser.add_argument("--spec-topk", type=int, default=None,
+                        help="branches K for tree/adaptive (default: the backend's)")
+    parser.add_argument("--spec-draft-tokens", type=int, default=None,
+                        help="verify tokens N for tree/adaptive (default: the backend's)")
     parser.add_argument("--no-graphs", action="store_true", help="run every forward eagerly")
     parser.add_argument("--no-split", action="store_true", help="skip the per-phase timing pass")
     parser.add_argument("--repeats", type=int, default=3,
@@ -273,8 +277,11 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from eagle_hal.api import LLM
+    from eagle_hal.backend import SPEC_KINDS
     from eagle_hal.model.draft_vocab import restrict
+    from eagle_hal.registry import select_backend
 
+    backend = select_backend(args.device, backend=args.backend)
     try:
         config = BenchConfig(
             modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
@@ -283,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
             draft_tokens=args.spec_draft_tokens, graphs=not args.no_graphs,
             split_timing=not args.no_split, repeats=args.repeats, seed=args.seed,
             draft_vocab=args.draft_vocab,
+            base_specs={kind: backend.default_spec(kind) for kind in SPEC_KINDS},
         )
         texts = load_prompts(args.dataset, args.num_prompts)
     except ValueError as exc:
@@ -290,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     _progress("bench: loading models")
     llm = LLM(model=args.model, draft=None if args.draft == "none" else args.draft,
-              device=args.device, backend=args.backend, dtype=args.dtype,
+              device=args.device, backend=backend, dtype=args.dtype,
               max_context=args.max_context, seed=args.seed, draft_vocab="full")
     prompts = [llm.encode(text, chat=True) for text in texts]
     for mode in config.modes:  # every mode's draft vocabulary resolves before any is timed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["BenchConfig", "MODES", "mode_spec"]
@@ -14,24 +15,27 @@ MODES = ("plain", "chain", "tree", "adaptive")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class BenchConfig:
-    """What to measure. Spec settings: ``chain`` is (steps, 1, steps + 1); ``tree`` and
-    ``adaptive`` are (steps, topk, draft_tokens), adaptive choosing S per batch bucket. A
-    mode may carry its own settings after a colon (``mode_spec``): ``chain:S5``,
-    ``tree:S8K4N48``, ``chain:S5V8192`` (V: the draft vocabulary's size, see
-    ``eagle_hal.model.draft_vocab``); the same kind may then appear more than once.
-    ``draft_vocab``: the draft vocabulary of modes that name none."""
+    """What to measure. Spec settings, per mode kind: the mode's own after a colon
+    (``mode_spec``: ``chain:S5``, ``tree:S8K4N48``, ``chain:S5V8192``, V the draft
+    vocabulary's size, see ``eagle_hal.model.draft_vocab``; the same kind may then appear
+    more than once), over the run's ``steps``/``topk``/``draft_tokens`` (``None``: not
+    given; ``topk`` and ``draft_tokens`` apply to ``tree`` and ``adaptive`` only), over
+    ``base_specs[kind]``: the backend's default spec of the kind
+    (``Backend.default_spec``; where left out, the library's: a chain of S = 5, trees of
+    S = 5, K = 4, N = 16). ``draft_vocab``: the draft vocabulary of modes that name none."""
 
     modes: tuple[str, ...] = MODES
     batch_sizes: tuple[int, ...] = (1,)
     max_new_tokens: int = 256
-    steps: int = 5
-    topk: int = 4
-    draft_tokens: int | None = 16
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
     graphs: bool = True
     split_timing: bool = True
     repeats: int = 3
     seed: int = 0
     draft_vocab: int | str = "auto"
+    base_specs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = {m.partition(":")[0] for m in self.modes} - set(MODES)
@@ -49,22 +53,31 @@ class BenchConfig:
             raise ValueError(f"repeats must be >= 1, got {self.repeats}")
 
     def spec_for(self, mode: str) -> Any:
-        """The ``SpecConfig`` of ``mode``: its own settings (``mode_spec``) over the run's."""
+        """The ``SpecConfig`` of ``mode``: its own settings (``mode_spec``) over the run's
+        over the base spec of its kind."""
         from eagle_hal.spec.config import SpecConfig
 
         kind, given = mode_spec(mode)
         given.pop("V", None)
-        steps = given.get("S", self.steps)
         if kind == "plain":
             if given:
                 raise ValueError(f"mode {mode!r}: plain decoding takes no spec settings")
             return SpecConfig(num_steps=0)
+        steps = given.get("S", self.steps)
         if kind == "chain":
             if given.get("K", 1) != 1:
                 raise ValueError(f"mode {mode!r}: a chain has K = 1")
-            return SpecConfig(num_steps=steps, topk=1, num_draft_tokens=given.get("N"))
-        return SpecConfig(steps, given.get("K", self.topk), given.get("N", self.draft_tokens),
-                          adaptive=kind == "adaptive")
+            return self._base("chain").with_settings(steps, 1, given.get("N"))
+        return self._base(kind).with_settings(
+            steps, given.get("K", self.topk), given.get("N", self.draft_tokens))
+
+    def _base(self, kind: str) -> Any:
+        """The base spec of ``kind``: ``base_specs``' or the library's default."""
+        if self.base_specs is not None and kind in self.base_specs:
+            return self.base_specs[kind]
+        from eagle_hal.backend import library_default_spec
+
+        return library_default_spec(kind)
 
     def draft_vocab_for(self, mode: str) -> int | str:
         """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``."""

@@ -81,14 +81,15 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 
 def _spec(args: argparse.Namespace, backend: Any) -> Any:
-    """The command line's spec settings over ``backend``'s default spec."""
-    from eagle_hal.spec.config import SpecConfig
-
-    base = backend.default_spec()
-    steps = base.num_steps if args.spec_steps is None else args.spec_steps
-    topk = base.topk if args.spec_topk is None else args.spec_topk
-    return SpecConfig(num_steps=steps, topk=topk, num_draft_tokens=args.spec_draft_tokens,
-                      adaptive=args.adaptive)
+    """The command line's spec settings over ``backend``'s default spec of their kind: the
+    adaptive mode's with ``--adaptive``, a tree's with ``--spec-topk`` above 1, else a
+    chain's (``Backend.default_spec``)."""
+    if args.adaptive:
+        kind = "adaptive"
+    else:
+        kind = "tree" if args.spec_topk is not None and args.spec_topk > 1 else "chain"
+    return backend.default_spec(kind).with_settings(
+        args.spec_steps, args.spec_topk, args.spec_draft_tokens)
 
 
 def _progress(message: str) -> None:
@@ -112,9 +113,10 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     from eagle_hal.registry import select_backend
 
-    spec = _spec(args, select_backend(args.device, backend=args.backend))
+    backend = select_backend(args.device, backend=args.backend)
     llm = LLM(
-        model=args.model, draft=draft, device=args.device, backend=args.backend, spec=spec,
+        model=args.model, draft=draft, device=args.device, backend=backend,
+        spec=_spec(args, backend),
         dtype=args.dtype, max_batch_size=args.max_batch_size, max_context=args.max_context,
         seed=args.seed, progress=not args.json, graphs=not args.no_graphs and "auto",
         draft_vocab=args.draft_vocab,

@@ -72,6 +72,19 @@ class SpecConfig:
     def is_chain(self) -> bool:
         return self.topk == 1
 
+    def with_settings(self, steps: int | None = None, topk: int | None = None,
+                      draft_tokens: int | None = None) -> SpecConfig:
+        """These settings over this spec (``None``: keep this one's). N stays this spec's
+        only where S and K do; otherwise it is the one given, or the default for the new
+        shape (a chain's S + 1, a tree's min(K * S + 1, 16)), so that a default N never
+        lands on a shape it does not fit."""
+        num_steps = self.num_steps if steps is None else steps
+        branches = self.topk if topk is None else topk
+        n = draft_tokens
+        if n is None and (num_steps, branches) == (self.num_steps, self.topk):
+            n = self.num_draft_tokens
+        return dataclasses.replace(self, num_steps=num_steps, topk=branches, num_draft_tokens=n)
+
     def with_steps(self, num_steps: int) -> SpecConfig:
         """The same tree shape at another depth (N rescaled for chains, capped for trees)."""
         if num_steps == self.num_steps:

@@ -91,18 +91,30 @@ def test_the_transposed_product_is_the_product_in_float64(rows, vocab):
 
 def test_default_spec_is_a_chain_of_three(cpu_backend):
     """The CPU speculates with a chain of S = 3 when the user names no spec (its 4-row
-    verify keeps the transposed GEMMs fast); command-line settings apply over it."""
+    verify keeps the transposed GEMMs fast), trees of S = 3, K = 2, N = 4 and the adaptive
+    mode over chains of S = 0-3; command-line settings apply over the default of their
+    kind; an unknown kind is refused."""
     import argparse
 
-    from eagle_hal.backend import Backend
+    from eagle_hal.backend import Backend, library_default_spec
     from eagle_hal.commands.generate import _spec
     from eagle_hal.spec.config import SpecConfig
 
     spec = cpu_backend.default_spec()
     assert (spec.num_steps, spec.topk, spec.draft_tokens, spec.adaptive) == (3, 1, 4, False)
+    tree = cpu_backend.default_spec("tree")
+    assert (tree.num_steps, tree.topk, tree.draft_tokens, tree.adaptive) == (3, 2, 4, False)
+    adaptive = cpu_backend.default_spec("adaptive")
+    assert (adaptive.topk, adaptive.adaptive, adaptive.adaptive_steps) == (1, True, (0, 1, 2, 3))
     assert Backend.default_spec(cpu_backend) == SpecConfig()  # the base class's: S = 5
+    assert Backend.default_spec(cpu_backend, "tree") == SpecConfig(5, 4, 16)
+    assert library_default_spec("adaptive") == SpecConfig(5, 4, 16, adaptive=True)
+    with pytest.raises(ValueError, match="unknown spec kind 'bushy'"):
+        cpu_backend.default_spec("bushy")
     given = argparse.Namespace(spec_steps=None, spec_topk=None, spec_draft_tokens=None,
                                adaptive=False)
     assert _spec(given, cpu_backend) == spec
-    tree = _spec(argparse.Namespace(**{**vars(given), "spec_topk": 2}), cpu_backend)
-    assert (tree.num_steps, tree.topk) == (3, 2)
+    wider = _spec(argparse.Namespace(**{**vars(given), "spec_topk": 4}), cpu_backend)
+    assert (wider.num_steps, wider.topk, wider.draft_tokens) == (3, 4, 13)  # min(4 * 3 + 1, 16)
+    assert _spec(argparse.Namespace(**{**vars(given), "spec_topk": 2}), cpu_backend) == tree
+    assert _spec(argparse.Namespace(**{**vars(given), "adaptive": True}), cpu_backend) == adaptive

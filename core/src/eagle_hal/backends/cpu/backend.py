@@ -42,13 +42,23 @@ class CpuBackend(Backend):
         the rest of a draft step (``docs/benchmarks/README.md``, sixteenth session)."""
         return True
 
-    def default_spec(self) -> Any:
-        """A chain of S = 3: its verify block of 4 rows keeps the transposed GEMMs on their
-        fast path (``backends/cpu/kernels.py``: 30 layers at 4 rows 20.6 ms, at 6 rows 35.6
-        ms, at 1 row 16.6 ms); on 10 MT-bench first turns x 128 tokens it ran 1.24x plain
-        decoding where S = 5 ran 0.79x (``docs/benchmarks/README.md``, seventeenth session)."""
+    def default_spec(self, kind: str = "chain") -> Any:
+        """Shapes whose verify blocks keep the transposed GEMMs on their fast path
+        (``backends/cpu/kernels.py``: 30 layers at 1 row 16.6 ms, at 4 rows 20.6 ms, at
+        6 rows 35.6 ms): a chain of S = 3 (4 rows), a tree of S = 3, K = 2, N = 4, and the
+        adaptive mode over chains of S = 0-3. On 10 MT-bench first turns x 128 tokens the
+        chain ran 1.24x plain decoding and the tree 1.27x, where a chain of S = 5 ran 0.79x
+        and the library's adaptive default (K = 4, N = 16 trees) 0.93-1.01x against the
+        adaptive chains' 1.26x (``docs/benchmarks/README.md``, seventeenth and eighteenth
+        sessions)."""
+        from eagle_hal.backend import check_spec_kind
         from eagle_hal.spec.config import SpecConfig
 
+        check_spec_kind(kind)
+        if kind == "tree":
+            return SpecConfig(num_steps=3, topk=2, num_draft_tokens=4)
+        if kind == "adaptive":
+            return SpecConfig(num_steps=3, adaptive=True, adaptive_steps=(0, 1, 2, 3))
         return SpecConfig(num_steps=3)
 
     def model_kernels(self) -> ModelKernels:
