@@ -66,6 +66,19 @@ def test_benchmark_rows_and_results(tmp_path):
         total = (phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
                  + phases["catch_up"])
         assert phases["total"] == pytest.approx(total)
+        # the time ledger: every token of the timed runs on some account (3 runs, 8 new
+        # tokens a prompt, the first of each from its prefill), batches within their size,
+        # depths among those the mode runs, and the periods within the runs' wall time
+        ledger = row["time_by_batch"]
+        prefill, decode = ledger["prefill"], ledger["decode"]
+        assert sum(a["tokens"] for a in prefill.values()) == 3 * len(prompts)
+        assert sum(a["tokens"] for a in decode.values()) == 3 * 7 * len(prompts)
+        assert {int(b) for b in decode} <= {1, 2} and max(map(int, decode)) <= row["batch_size"]
+        depths = {int(d) for a in decode.values() for d in a["by_depth"]}
+        assert depths == ({0} if row["mode"] == "plain" else depths & {0, 1, 2}) != set()
+        spent = sum(a["seconds"] for kind in (prefill, decode) for a in kind.values())
+        wall = sum(row["output_tokens"] / rate for rate in row["tokens_per_s_runs"])
+        assert 0.5 * wall < spent <= wall  # up to each run's last step
     plain = [r for r in rows if r["mode"] == "plain"]
     assert all(r["accept_length"] == 1.0 and r["speedup"] == 1.0 for r in plain)
     assert all(r["accept_length"] > 1.5 for r in rows if r["mode"] in ("chain", "tree"))

@@ -10,7 +10,9 @@ every run's kept; accept length), the modes' timed runs interleaved (every mode 
 and warmed up first, then plain, chain, ..., plain, chain, ...), then once more with per-phase synchronisation for the
 split of an iteration into draft / verify / accept / draft-extend / catch-up. Each row also
 says how many graphs were captured, catch-ups run and Triton kernels compiled while timed
-(one-off costs the warm-up missed) and how many iterations ran at each draft depth. Speedups are ratios of medians over ``plain`` at the
+(one-off costs the warm-up missed), how many iterations ran at each draft depth, and where
+the timed runs' wall time went (``time_by_batch``: seconds, tokens and steps per step kind,
+batch-size bucket and depth, ``engine.step_ledger``), so that modes compare bucket by bucket. Speedups are ratios of medians over ``plain`` at the
 same batch size in the same run. With ``--hf-baseline`` the same weights also run through
 Hugging Face transformers ``generate`` (batch size 1). ``results.json`` and, when
 matplotlib is importable, PNG plots go to ``--out``. Prompts (``bench_prompts``):
@@ -34,6 +36,7 @@ from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
 from eagle_hal.commands.generate import draft_vocab_size
+from eagle_hal.engine.step_ledger import StepLedger
 
 __all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "mode_spec", "run"]
 
@@ -106,6 +109,8 @@ class _Measurement:
         self.outputs: list[Any] = []
         self.compiles: int | None = None
         self.kernels: list[str] = []
+        self.ledger = StepLedger()  # the timed runs' time by step kind, batch and depth
+        llm.engine.ledger = self.ledger
 
     def run_once(self) -> float:
         """One timed generation of the prompts; returns its tokens/s. A run longer than
@@ -115,6 +120,7 @@ class _Measurement:
         with KernelCompiles() as compiles:
             backend.synchronize()
             start = time.perf_counter()
+            self.ledger.start(start)
             said, finished = start, 0
             for delta in self.llm.stream(self.prompts, self.params):
                 if delta.finished:
@@ -165,6 +171,9 @@ class _Measurement:
             "kernel_compiles_while_timed": self.compiles,
             "kernels_compiled_while_timed": list(self.kernels),
             "token_ids": [list(o.token_ids) for o in outputs],
+            # the timed runs' wall time, tokens and steps by step kind, batch-size bucket
+            # and (decode) draft depth, summed over the runs (``engine.step_ledger``)
+            "time_by_batch": self.ledger.summary(),
         }
         snapshot = getattr(getattr(worker, "controller", None), "snapshot", None)
         if snapshot is not None:  # the adaptive mode: per bucket, the depth and its estimates
@@ -173,6 +182,7 @@ class _Measurement:
                             "tokens_per_request_s": {str(s): r for s, r in rates.items()}}
                 for size, (settled, rates) in snapshot().items()
             }
+        llm.engine.ledger = None  # the split pass is not a timed run
         if split:
             worker.timed, worker.times = True, IterationTimes()
             llm.generate(self.prompts, self.params)

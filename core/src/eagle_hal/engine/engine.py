@@ -22,6 +22,7 @@ from eagle_hal.engine.request import (
     StreamDelta,
 )
 from eagle_hal.engine.scheduler import DecodeWork, PrefillWork, Scheduler
+from eagle_hal.engine.step_ledger import StepLedger
 from eagle_hal.engine.stopping import Detokenizer, append_tokens, finish_text, safe_stream_text
 
 __all__ = ["Engine", "StepResult", "Worker"]
@@ -68,6 +69,8 @@ class Engine:
         self.eos_token_ids = tuple(eos_token_ids)
         self._ids = itertools.count()
         self._requests: dict[int, Request] = {}
+        # where a run's time goes, per step (``engine.step_ledger``; a benchmark sets it)
+        self.ledger: StepLedger | None = None
 
     # -- requests --------------------------------------------------------------------------
 
@@ -105,12 +108,13 @@ class Engine:
         result = StepResult()
         headroom = self.worker.headroom(len(self.scheduler.running) or 1)
         drained: list[Request] = []
+        taken = 0  # output tokens appended this step (the time ledger's)
         drain = getattr(self.worker, "drain", None)
         if drain is not None and self.scheduler.running and not self.scheduler.can_grow(headroom):
             # an iteration in flight holds a position the host has not read: read it back
             # before the scheduler preempts or rejects for want of KV pages
             for request, tokens in drain():
-                self._absorb(request, tokens, counts_as_verify=True)
+                taken += self._absorb(request, tokens, counts_as_verify=True)
                 drained.append(request)
         work = self.scheduler.schedule(headroom)
         if isinstance(work, PrefillWork):
@@ -119,15 +123,22 @@ class Engine:
             for request, tokens in zip(work.requests, emitted):
                 if tokens and request.stats.first_token_time is None:
                     request.stats.first_token_time = now
-                self._absorb(request, tokens, counts_as_verify=False)
+                taken += self._absorb(request, tokens, counts_as_verify=False)
             touched: Sequence[Request] = work.requests
         elif isinstance(work, DecodeWork):
             emitted = self.worker.decode(work.requests)
             for request, tokens in zip(work.requests, emitted):
-                self._absorb(request, tokens, counts_as_verify=True)
+                taken += self._absorb(request, tokens, counts_as_verify=True)
             touched = work.requests
         else:
             touched = ()
+        if self.ledger is not None and touched:
+            prefill = isinstance(work, PrefillWork)
+            self.ledger.record(
+                "prefill" if prefill else "decode", len(touched),
+                None if prefill else getattr(self.worker, "last_depth", None),
+                taken,
+            )
         touched = [r for r in drained if all(r is not t for t in touched)] + list(touched)
         for request in self.scheduler.rejected:
             self.worker.release(request)
@@ -139,14 +150,17 @@ class Engine:
                 result.append(delta)
         return result
 
-    def _absorb(self, request: Request, tokens: Sequence[int], *, counts_as_verify: bool) -> None:
+    def _absorb(self, request: Request, tokens: Sequence[int], *, counts_as_verify: bool) -> int:
+        """Append ``tokens`` to ``request`` up to its stop; returns how many it took."""
         if request.finished:
-            return
+            return 0
         if counts_as_verify and tokens:  # none: its iteration is still in flight
             request.stats.verify_steps += 1
             request.stats.accepted_tokens += len(tokens)
+        before = len(request.output_ids)
         append_tokens(request, tokens, self.detokenizer)
         request.stats.output_tokens = len(request.output_ids)
+        taken = request.stats.output_tokens - before
         if request.finish_reason is None and self._out_of_context(request):
             request.finish_reason = FinishReason.LENGTH
         if request.finish_reason is not None:
@@ -154,6 +168,7 @@ class Engine:
             request.stats.finish_time = time.perf_counter()
             self.worker.release(request)
             self.scheduler.finish(request, request.finish_reason)
+        return taken
 
     def _out_of_context(self, request: Request) -> bool:
         headroom = self.worker.headroom(1)

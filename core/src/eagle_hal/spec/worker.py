@@ -123,6 +123,7 @@ class EagleWorker:
         self._sampling_cache: tuple[tuple[int, ...], SamplingBatch] | None = None
         self._pending = PendingDraftInputs()  # what the draft missed while S = 0
         self.catch_ups = CatchUpTotals()  # catch-ups run and the tokens they extended over
+        self.last_depth: int | None = None  # the depth of the latest decode call
         self._one_node: dict[object, tuple[torch.Tensor, ...]] = {}  # single_node_tree's
         # the settings per depth, built once per ``spec`` (which callers may swap): an
         # iteration at S = 0 should cost the host no more than plain decoding does
@@ -235,7 +236,7 @@ class EagleWorker:
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
         start = time.perf_counter()
-        steps = self.steps_for(len(requests))
+        steps = self.last_depth = self.steps_for(len(requests))
         since = self.reports.begin(steps, start)  # the controller's clock (spec.reports)
         try:
             emitted = self._decode(requests, steps, start, since)
