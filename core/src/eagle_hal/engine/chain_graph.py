@@ -1,4 +1,4 @@
-"""The draft's chain loop captured as one device graph, for ``engine.graph_runner``.
+"""The draft's chain loop captured as one device graph, for ``engine.graph_draft_loop``.
 
 ``spec.drafting.draft_chain`` (top-1, S steps) runs S - 1 DRAFT_DECODE forwards of the
 draft head, each followed by its lm_head top-1, then lays the chain out as a verify tree.

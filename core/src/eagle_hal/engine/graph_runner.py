@@ -32,19 +32,8 @@ replayed). ``EAGLE_HAL_PREFILL_GRAPHS=0`` turns this off. Anything else (a tree,
 requests than the largest bucket, more tokens than the largest token bucket) returns
 ``None`` and the caller runs eagerly.
 
-The draft's chain loop (``spec.drafting.draft_chain``: top-1, S steps) is captured whole,
-``engine.chain_graph.ChainGraph``: its S - 1 DRAFT_DECODE forwards, their lm_head top-1 and
-the chain's verify layout in one graph per
-
-    (bucket, S, hidden width and dtype, tree-mask layout),
-
-each step with its own static batch and attention metadata (the contract for several
-forwards in one graph is in ``eagle_hal.hal.attention``). Attention backends without
-``multi_forward_graphs`` and ``FULL`` tree masks keep the per-step path. The tree loop
-(K > 1) is captured the same way, ``engine.tree_graph.TreeGraph``, one graph per (bucket,
-S, K, N, hidden width and dtype, tree-mask layout) unless ``EAGLE_HAL_TREE_GRAPH=0``, for
-attention backends that also read ``draft_kv_slots`` in their forward
-(``draft_slots_read_in_forward``).
+The draft's chain and tree loops are captured whole, one graph per loop shape
+(``engine.graph_draft_loop``).
 """
 
 from __future__ import annotations
@@ -57,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle_hal.backend import TreeMaskMode
+from eagle_hal.engine import graph_draft_loop
 from eagle_hal.engine.chain_graph import ChainGraph
 from eagle_hal.engine.forward_graph import Body, CapturedForward
 from eagle_hal.engine.iteration_graph import VerifyExtendGraph
@@ -261,7 +251,6 @@ class GraphRunner:
             self._graphs[key] = entry
         return self._replay(entry, batch, hidden, attn)[0]
 
-    @torch.inference_mode()
     def run_draft_chain(
         self,
         steps: int,
@@ -273,34 +262,12 @@ class GraphRunner:
         hidden: torch.Tensor,
         roots: torch.Tensor,
     ) -> VerifyTree | None:
-        """The chain draft of ``spec.drafting.draft_chain`` and its verify tree (node 0 =
-        ``roots``, then the S chain tokens) from one graph, or ``None`` (run it step by
-        step). Captures on first sight of a (bucket, S).
+        """The chain draft's loop from one graph, or ``None``: see
+        ``engine.graph_draft_loop.run_draft_chain``."""
+        return graph_draft_loop.run_draft_chain(
+            self, steps, rows, seq_lens, seq_lens_cpu, scratch, first_tokens, hidden, roots
+        )
 
-        ``rows``/``seq_lens``/``first_tokens``/``roots`` ``[B]`` int64, ``seq_lens_cpu`` their
-        host lengths, ``scratch`` ``[B, >= S - 1]`` the slots of draft positions
-        ``seq_len .. seq_len + S - 2``, ``hidden`` ``[B, H]``. Writes the draft K/V of depths
-        ``1 .. S - 1`` at those slots. The tree's tokens and positions are fresh copies;
-        its other tensors are views of the graph's outputs, the same at every replay."""
-        runner = self.runner
-        attn, mask_mode = runner.draft_attn, runner.tree_mask_mode
-        bucket = self._draft_loop_bucket(len(seq_lens_cpu), steps, self.chain_graphs, False)
-        if bucket is None or attn is None:
-            return None
-        key = (bucket, steps, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
-        chain = self._chains.get(key)
-        if chain is None:
-            self._init_graph_state(attn)
-            chain = ChainGraph.capture(
-                self.capture, runner.draft, attn, bucket=bucket, steps=steps, hidden=hidden,
-                mask_mode=mask_mode, pad_slot=self.pad_slot, slot_dtype=runner.slot_dtype,
-            )
-            self._chains[key] = chain
-        tree = chain.replay(rows, seq_lens, seq_lens_cpu, scratch, first_tokens, hidden, roots)
-        self.chain_replays += 1
-        return tree
-
-    @torch.inference_mode()
     def run_draft_tree(
         self,
         ops: SamplingOps,
@@ -314,34 +281,11 @@ class GraphRunner:
         hidden: torch.Tensor,
         roots: torch.Tensor,
     ) -> VerifyTree | None:
-        """The tree draft of ``spec.drafting.draft_tree`` and its verify tree from one
-        graph (``engine.tree_graph``), or ``None`` (run it level by level). Captures on
-        first sight of a (bucket, S, K, N).
-
-        ``rows``/``seq_lens``/``roots`` ``[B]`` int64, ``seq_lens_cpu`` their host lengths,
-        ``scratch`` ``[B, >= S * K]`` the slots of the reserved block (depth-major, then
-        branch), ``probs``/``ids`` ``[B, K]`` the extend's top-K, ``hidden`` ``[B, H]``.
-        Writes the draft K/V of depths ``1 .. S - 1`` at their scratch slots."""
-        runner = self.runner
-        attn, mask_mode = runner.draft_attn, runner.tree_mask_mode
-        bucket = self._draft_loop_bucket(
-            len(seq_lens_cpu), shape.num_steps, self.tree_graphs, True
+        """The tree draft's loop from one graph, or ``None``: see
+        ``engine.graph_draft_loop.run_draft_tree``."""
+        return graph_draft_loop.run_draft_tree(
+            self, ops, shape, rows, seq_lens, seq_lens_cpu, scratch, probs, ids, hidden, roots
         )
-        if bucket is None or attn is None:
-            return None
-        key = (bucket, shape, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
-        tree = self._trees.get(key)
-        if tree is None:
-            self._init_graph_state(attn)
-            tree = TreeGraph.capture(
-                self.capture, runner.draft, attn, ops, bucket=bucket, shape=shape,
-                hidden=hidden, mask_mode=mask_mode, pad_slot=self.pad_slot,
-                slot_dtype=runner.slot_dtype,
-            )
-            self._trees[key] = tree
-        verify = tree.replay(rows, seq_lens, seq_lens_cpu, scratch, probs, ids, hidden, roots)
-        self.tree_replays += 1
-        return verify
 
     @torch.inference_mode()
     def run_verify_extend(
@@ -392,24 +336,6 @@ class GraphRunner:
         outputs = entry.replay(rows, seq_lens, bounds, slots, tree)
         self.iteration_replays += 1
         return outputs
-
-    def _draft_loop_bucket(
-        self, size: int, steps: int, enabled: bool, computes_draft_slots: bool
-    ) -> int | None:
-        """The bucket a draft loop of ``steps`` levels over ``size`` requests replays in as
-        one graph, or ``None``: the loop kind is switched off, no bucket holds the batch,
-        fewer than two levels, no draft, an attention without ``multi_forward_graphs`` (or,
-        for a loop that computes its ancestor slots in the graph, without
-        ``draft_slots_read_in_forward``), or ``FULL`` tree masks (sized by host lengths)."""
-        runner = self.runner
-        attn = runner.draft_attn
-        if not enabled or steps < 2 or runner.draft is None or attn is None:
-            return None
-        if not attn.multi_forward_graphs or runner.tree_mask_mode == TreeMaskMode.FULL:
-            return None
-        if computes_draft_slots and not attn.draft_slots_read_in_forward:
-            return None
-        return self.bucket_for(size)
 
     # -- capture and replay ---------------------------------------------------------------
 

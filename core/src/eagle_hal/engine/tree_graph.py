@@ -1,4 +1,4 @@
-"""The draft's tree loop captured as one device graph, for ``engine.graph_runner``.
+"""The draft's tree loop captured as one device graph, for ``engine.graph_draft_loop``.
 
 ``spec.drafting.draft_tree`` (top-K, S levels, N verify nodes) runs S - 1 DRAFT_DECODE
 forwards of the draft head over a frontier of K branches per request, each followed by the
