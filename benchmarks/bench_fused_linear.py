@@ -129,7 +129,7 @@ GEMV_PROJECTIONS = [  # name, reduction length, paired tiles (gate/up, rotary ha
 def parse_config(text: str):  # noqa: ANN201 - a LaunchConfig
     """``BLOCK_N x BLOCK_K x warps x stages [x splits]``, or ``gBLOCK_N x warps [x BLOCK_M]
     [p|d]`` (the matrix-vector kernel)."""
-    from eagle_hal.ops.triton.fused_linear import LaunchConfig  # noqa: PLC0415
+    from eagle_hal.ops.triton.fused_linear_config import LaunchConfig  # noqa: PLC0415
 
     if not text.startswith("g") and len(text.split("x")) not in (4, 5):
         raise ValueError(f"config {text!r}: want BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]")

@@ -340,7 +340,7 @@ def test_launch_config_is_validated():
 
 def test_a_forced_launch_config_is_parsed_or_refused(monkeypatch):
     """EAGLE_HAL_FUSED_LINEAR_CONFIG picks the 16-bit launch; a malformed one says how."""
-    from eagle_hal.ops.triton.fused_linear import LaunchConfig, default_config
+    from eagle_hal.ops.triton.fused_linear_config import LaunchConfig, default_config
 
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "16x128x4x3x3")
     assert default_config(torch.bfloat16, 1) == LaunchConfig(16, 128, 4, 3, 3)
@@ -456,7 +456,7 @@ def test_gemv_dot_rows_dealt_to_programs_equal_float64_oracle():
 
 
 def test_rows_per_program_is_parsed_and_validated():
-    from eagle_hal.ops.triton.fused_linear import LaunchConfig
+    from eagle_hal.ops.triton.fused_linear_config import LaunchConfig
 
     assert LaunchConfig.parse("g2x2pr1") == LaunchConfig(
         block_n=2, num_warps=2, gemv=True, prefetch=True, rows_per_program=1)
@@ -506,7 +506,7 @@ def test_gemv_too_wide_for_a_tile_takes_the_dot_kernel(monkeypatch):
 
 
 def test_gemv_config_is_parsed_and_validated(monkeypatch):
-    from eagle_hal.ops.triton.fused_linear import LaunchConfig, default_config
+    from eagle_hal.ops.triton.fused_linear_config import LaunchConfig, default_config
 
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_CONFIG", "g4x2")
     assert default_config(torch.bfloat16, 1) == LaunchConfig(block_n=4, num_warps=2,
@@ -528,7 +528,7 @@ def test_gemv_config_is_parsed_and_validated(monkeypatch):
 def test_the_gemv_split_can_be_set_for_benchmarks(monkeypatch):
     """EAGLE_HAL_GEMV=ROWS:CONFIG moves the row count up to which 16-bit forwards take the
     gemv kernel, and its config; float32 never takes it; a malformed value says how."""
-    from eagle_hal.ops.triton.fused_linear import GEMV_CONFIG, GEMV_ROWS, default_config
+    from eagle_hal.ops.triton.fused_linear_config import GEMV_CONFIG, GEMV_ROWS, default_config
 
     assert default_config(torch.bfloat16, GEMV_ROWS) == GEMV_CONFIG
     assert not default_config(torch.bfloat16, GEMV_ROWS + 1).gemv
@@ -674,7 +674,7 @@ def test_gemv_dot_over_its_register_budget_takes_the_dot_kernel(monkeypatch):
 def test_gemv_dot_config_is_parsed_and_validated(monkeypatch):
     """``gBLOCK_NxWARPSxBLOCK_Md`` is dot mode, for block_n and block_m >= 16; it can be
     forced for 16-bit rows up to 16 or set as the gemv config; malformed ones say how."""
-    from eagle_hal.ops.triton.fused_linear import LaunchConfig, default_config
+    from eagle_hal.ops.triton.fused_linear_config import LaunchConfig, default_config
 
     dot = LaunchConfig(block_n=16, num_warps=4, gemv=True, block_m=16, dot=True)
     assert LaunchConfig.parse("g16x4x16d") == dot
@@ -702,7 +702,12 @@ def test_gemv_dot_config_is_parsed_and_validated(monkeypatch):
 def test_the_wide_rows_config_is_chosen_by_environment(monkeypatch) -> None:
     """EAGLE_HAL_FUSED_LINEAR_WIDE picks the launch past the gemv split up to 16 rows;
     the gemv rows keep theirs."""
-    from eagle_hal.ops.triton.fused_linear import GEMV_CONFIG, GEMV_ROWS, LaunchConfig, default_config
+    from eagle_hal.ops.triton.fused_linear_config import (
+        GEMV_CONFIG,
+        GEMV_ROWS,
+        LaunchConfig,
+        default_config,
+    )
 
     monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR_WIDE", "g16x8x16d")
     assert default_config(torch.bfloat16, GEMV_ROWS) == GEMV_CONFIG

@@ -49,12 +49,14 @@ are rounded to the activation dtype where the unfused ops round them; only the o
 the float32 sums differs. Float32 models get float32 (``ieee``) dot operands, never TF32.
 Under ``TRITON_INTERPRET=1`` the kernels run on CPU tensors (16-bit operands are widened to
 float32 for the dot, as the interpreter multiplies bfloat16 as raw integers).
+
+This module checks the arguments, picks each projection's launch and starts the kernel.
+The launches (``LaunchConfig``, ``default_config``) are in ``fused_linear_config``, the
+kernels in ``fused_linear_kernel``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 
 import torch
@@ -62,12 +64,18 @@ import triton
 
 from eagle_hal.hal.model_kernels import FusedLinearKernels
 from eagle_hal.ops.reference_checks import next_power_of_2
+from eagle_hal.ops.triton.fused_linear_config import (
+    GEMV_DOT_MAX_PER_THREAD,
+    GEMV_MAX_TILE,
+    LaunchConfig,
+    default_config,
+)
 from eagle_hal.ops.triton.fused_linear_kernel import fused_gemv_kernel, fused_linear_kernel
 
 __all__ = [
     "FUSED_LINEAR_KERNELS",
     "MAX_TOKENS",
-    "LaunchConfig",
+    "LaunchConfig",  # from fused_linear_config: the type of every ``config`` argument
     "gate_up_silu",
     "linear",
     "qkv_rotary",
@@ -76,159 +84,6 @@ __all__ = [
 MAX_TOKENS = 32  # rows per forward up to which a layer takes the fused path
 
 _PLAIN, _SILU_MUL, _ROTARY = 0, 1, 2
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LaunchConfig:
-    """Tile sizes and launch parameters (``block_n`` >= 16: ``tl.dot``'s minimum).
-    ``splits``: how many programs share a tile's reduction (1: one program per tile walks
-    the whole of ``K``). It is an upper bound: a projection with fewer ``block_k`` blocks
-    takes fewer splits, and blocks are dealt so that no split is empty.
-
-    ``gemv``: the matrix-vector kernel (``fused_gemv_kernel``) instead: ``block_n`` output
-    columns per program (any power of two), the whole of ``K`` in one tile (``block_k``,
-    ``num_stages`` and ``splits`` unused), ``block_m`` rows per step of its row loop. Where
-    a step's products (``block_m`` x the program's weight elements) would exceed
-    ``GEMV_MAX_TILE`` the projection takes the ``tl.dot`` kernel's default.
-
-    ``dot`` (gemv, ``block_m`` and ``block_n`` >= 16): each step's ``block_m`` rows (padded)
-    times the weight tile by ``tl.dot`` instead of a broadcast product; the limit is then
-    ``GEMV_DOT_MAX_PER_THREAD``, the weight and input tiles' elements per thread.
-
-    ``rows_per_program`` (gemv): the rows are dealt over a second grid axis, this many to a
-    program, each group re-reading the weight tile (from L2 after the first group); 0 (the
-    default): one program per tile takes every row in its row loop. A row's sum does not
-    depend on its group, so this changes the time, never the bits."""
-
-    block_n: int = 16
-    block_k: int = 128
-    num_warps: int = 4
-    num_stages: int = 3
-    splits: int = 1
-    gemv: bool = False
-    block_m: int = 1  # gemv: rows per step of its row loop (a power of two)
-    prefetch: bool = False  # gemv, block_m 1: the next row's loads issued before a row sums
-    dot: bool = False  # gemv, block_m and block_n >= 16: a step's products by tl.dot
-    rows_per_program: int = 0  # gemv: rows per program of the row axis (0: all of them)
-
-    def __post_init__(self) -> None:
-        for size in (self.block_n, self.block_m):
-            if size < 1 or size & (size - 1):
-                raise ValueError(f"block_n and block_m must be powers of two, got {self}")
-        if not self.gemv and (self.block_n < 16 or self.block_k < 16):
-            raise ValueError(f"block_n and block_k must be >= 16, got {self}")
-        if self.num_warps < 1 or self.num_stages < 1 or self.splits < 1:
-            raise ValueError(f"num_warps, num_stages and splits must be >= 1, got {self}")
-        if self.prefetch and (not self.gemv or self.block_m != 1):
-            raise ValueError(f"prefetch is for the gemv kernel with block_m 1, got {self}")
-        if self.dot and (not self.gemv or self.block_m < 16 or self.block_n < 16):
-            raise ValueError(
-                f"dot is for the gemv kernel with block_m and block_n >= 16, got {self}")
-        if self.rows_per_program < 0 or (self.rows_per_program and not self.gemv):
-            raise ValueError(f"rows_per_program is for the gemv kernel, >= 0, got {self}")
-
-    @classmethod
-    def parse(cls, text: str) -> LaunchConfig:
-        """``BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (e.g. ``16x128x4x3x3``), or
-        ``gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS]`` for the matrix-vector kernel (e.g.
-        ``g2x2x4``; ``p``: prefetch, e.g. ``g2x2p``; ``d``: dot mode, e.g. ``g16x4x16d``;
-        ``rROWS``: ``rows_per_program``, e.g. ``g2x2pr1``)."""
-        try:
-            if text.startswith("g"):
-                body, split_rows, per_program = text[1:].partition("r")
-                if split_rows and not (per_program.isdigit() and int(per_program) > 0):
-                    raise ValueError(f"r wants a row count >= 1, got {per_program!r}")
-                suffix = body[-1] if body and body[-1] in "pd" else ""
-                fields = [int(v) for v in body[: len(body) - len(suffix)].split("x")]
-                if len(fields) not in (2, 3):
-                    raise ValueError(f"{len(fields)} fields")
-                return cls(block_n=fields[0], num_warps=fields[1], gemv=True,
-                           block_m=fields[2] if len(fields) == 3 else 1,
-                           prefetch=suffix == "p", dot=suffix == "d",
-                           rows_per_program=int(per_program) if per_program else 0)
-            fields = [int(v) for v in text.split("x")]
-            if len(fields) not in (4, 5):
-                raise ValueError(f"{len(fields)} fields")
-            return cls(*fields)
-        except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"launch config {text!r}: expected BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS] "
-                f"(e.g. 16x128x4x3x3) or gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS] (e.g. g2x2p, "
-                f"g16x4x16d, g2x2pr1) ({error})"
-            ) from None
-
-
-GEMV_MAX_TILE = 16384  # products per gemv step: BLOCK_M x weight elements (both tiles)
-# dot mode: the weight tile(s) and a step's input tile, elements per thread; 256 16-bit
-# elements take 128 of a thread's 255 registers, the others for accumulators and addresses
-GEMV_DOT_MAX_PER_THREAD = 256
-GEMV_ROWS = 4  # 16-bit forwards of up to this many rows take the gemv kernel by default
-GEMV_CONFIG = LaunchConfig(block_n=2, num_warps=2, gemv=True, prefetch=True)
-
-
-def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
-    """The launch for ``rows`` rows of ``dtype``. 16-bit rows up to ``GEMV_ROWS`` take the
-    matrix-vector kernel (``GEMV_CONFIG``: two output columns per program on two warps,
-    the next row's loads in flight while a row sums). On an H200, SmolLM2-135M's layer
-    (attention excluded, ``benchmarks/bench_fused_linear.py``, lease Z) then takes 11.8 /
-    13.9 / 18.0 / 22.4 us at 1 / 2 / 4 / 6 rows against 22.7-23.0 with the ``tl.dot``
-    kernel and 23.8-23.9 unfused; from 8 rows on the ``tl.dot`` kernel is faster, and
-    ``GEMV_ROWS`` stops at 4, where the margin is clear. From ``GEMV_ROWS + 1`` to 16 rows
-    the ``tl.dot`` kernel takes 256-wide reduction tiles; float32 and 17-32 rows take
-    64-wide tiles (register pressure). No split-K by default: an H200 sweep found it no
-    faster.
-
-    A row's summation order is the same for every row count that shares a config: 1 to
-    ``GEMV_ROWS`` rows, ``GEMV_ROWS + 1`` to 16 (float32: 1 to 16), 17 to 32. So in
-    16-bit a token decoded alone and the same token inside a verify batch of
-    ``GEMV_ROWS + 1`` to 16 rows can round differently; in float32 they cannot."""
-    if dtype == torch.float32 or rows > 16:
-        return LaunchConfig(block_k=64)
-    forced = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_CONFIG", ""))
-    if forced:
-        return forced
-    gemv_rows, gemv = _gemv_default(os.environ.get("EAGLE_HAL_GEMV", ""))
-    if rows <= gemv_rows:
-        return gemv
-    # EAGLE_HAL_FUSED_LINEAR_WIDE=CONFIG: the launch for the rows past the gemv split up
-    # to 16 (verify passes), to measure one end to end (benchmarks)
-    wide = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_WIDE", ""),
-                          "EAGLE_HAL_FUSED_LINEAR_WIDE")
-    return wide or LaunchConfig(block_k=256, splits=1)
-
-
-@functools.lru_cache(maxsize=4)
-def _gemv_default(text: str) -> tuple[int, LaunchConfig]:
-    """(rows up to which 16-bit forwards take the gemv kernel, its config):
-    ``GEMV_ROWS`` and ``GEMV_CONFIG``, or ``EAGLE_HAL_GEMV=ROWS:CONFIG`` (e.g.
-    ``8:g2x2p``, ``16:g16x8x16d``) to measure another split end to end (benchmarks)."""
-    if not text:
-        return GEMV_ROWS, GEMV_CONFIG
-    try:
-        rows, config = text.split(":")
-        parsed = LaunchConfig.parse(config)
-        if not parsed.gemv or not 0 <= int(rows) <= 16:
-            raise ValueError("want rows 0-16 and a gemv config")
-        return int(rows), parsed
-    except ValueError as error:
-        raise ValueError(f"EAGLE_HAL_GEMV={text!r}: expected ROWS:gCONFIG, e.g. 8:g2x2p "
-                         f"({error})") from None
-
-
-@functools.lru_cache(maxsize=4)
-def _forced_config(
-    text: str, variable: str = "EAGLE_HAL_FUSED_LINEAR_CONFIG"
-) -> LaunchConfig | None:
-    """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (or
-    ``gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS]``): the launch for 16-bit rows up to 16, to measure a
-    configuration end to end (benchmarks). ``variable``: the name to put in an error
-    (``EAGLE_HAL_FUSED_LINEAR_WIDE`` parses the same way)."""
-    if not text:
-        return None
-    try:
-        return LaunchConfig.parse(text)
-    except ValueError as error:
-        raise ValueError(f"{variable}: {error}") from None
 
 
 def _dot_in_float32(dtype: torch.dtype) -> bool:
