@@ -52,7 +52,7 @@ float32 for the dot, as the interpreter multiplies bfloat16 as raw integers).
 
 This module checks the arguments, picks each projection's launch and starts the kernel.
 The launches (``LaunchConfig``, ``default_config``) are in ``fused_linear_config``, the
-kernels in ``fused_linear_kernel``.
+kernels in ``fused_linear_kernel`` and ``fused_gemv_kernel``.
 """
 
 from __future__ import annotations
@@ -64,13 +64,14 @@ import triton
 
 from eagle_hal.hal.model_kernels import FusedLinearKernels
 from eagle_hal.ops.reference_checks import next_power_of_2
+from eagle_hal.ops.triton.fused_gemv_kernel import fused_gemv_kernel
 from eagle_hal.ops.triton.fused_linear_config import (
     GEMV_DOT_MAX_PER_THREAD,
     GEMV_MAX_TILE,
     LaunchConfig,
     default_config,
 )
-from eagle_hal.ops.triton.fused_linear_kernel import fused_gemv_kernel, fused_linear_kernel
+from eagle_hal.ops.triton.fused_linear_kernel import fused_linear_kernel
 
 __all__ = [
     "FUSED_LINEAR_KERNELS",
