@@ -145,7 +145,7 @@ class Case:
         return self.backend.forward(0, self.q, self.k, self.v, self.batch)
 
     def forced(self, num_splits: int, block_keys: int) -> Callable[[], torch.Tensor]:
-        from eagle_hal.ops.triton.attention_split_kernels import split_paged_attention  # noqa: PLC0415
+        from eagle_hal.ops.triton.attention_split import split_paged_attention  # noqa: PLC0415
 
         metadata, batch = self.batch.attn_metadata, self.batch
 
@@ -183,7 +183,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args()
     require_cuda()
-    from eagle_hal.ops.triton.attention_split_kernels import BLOCK_KEYS  # noqa: PLC0415
+    from eagle_hal.ops.triton.attention_split import BLOCK_KEYS  # noqa: PLC0415
 
     block_keys = args.block_keys or BLOCK_KEYS
 

@@ -19,7 +19,7 @@ import torch
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
 from eagle_hal.hal.kv_layout import KVLayout
 
-kernels = pytest.importorskip("eagle_hal.ops.triton.attention_split_kernels")
+kernels = pytest.importorskip("eagle_hal.ops.triton.attention_split")
 
 MAX_REQUESTS, MAX_CONTEXT, CACHE_TOKENS = 5, 256, 1280
 BLOCK = 16  # keys per block in these tests

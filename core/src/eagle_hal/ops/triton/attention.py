@@ -3,7 +3,7 @@
 Shared by the CUDA, ROCm and XPU backends (and, interpreted, the CPU tests). Planning turns
 the host lengths of a batch into three per-token index tensors (which request a token
 belongs to, where its own run of keys starts and how long it is) and the number of key
-splits; the kernel (``attention_split_kernels.split_paged_attention``) reads the prefix
+splits; the kernel (``attention_split.split_paged_attention``) reads the prefix
 lengths and table rows from the batch's device tensors. So the metadata depends only on the
 batch's *shape*: it is cached per shape for uniform batches (decode, verify, draft decode,
 equal-length extends), and a captured graph replays with new lengths, rows and slots
@@ -35,7 +35,7 @@ from eagle_hal.hal.attention import (
     ForwardBatch,
     ForwardMode,
 )
-from eagle_hal.ops.triton.attention_split_kernels import (
+from eagle_hal.ops.triton.attention_split import (
     SplitPartials,
     choose_num_splits,
     split_paged_attention,
