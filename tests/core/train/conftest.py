@@ -50,15 +50,25 @@ def _tokenizer_json() -> str:
 @pytest.fixture(scope="module")
 def tiny_chat_model(tmp_path_factory):
     """A directory holding a tiny random Llama chat model (EOS id 2)."""
-    directory = tmp_path_factory.mktemp("tiny-chat")
-    target = tiny_target(seed=31, vocab=VOCAB, layers=2, eos=(EOS,))
+    return _write_chat_model(tmp_path_factory.mktemp("tiny-chat"), layers=2)
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_model_deep(tmp_path_factory):
+    """As ``tiny_chat_model`` with 8 layers: deep enough for EAGLE-3's default feature
+    layers (2, 4, 5)."""
+    return _write_chat_model(tmp_path_factory.mktemp("tiny-chat-deep"), layers=8)
+
+
+def _write_chat_model(directory, layers):
+    target = tiny_target(seed=31, vocab=VOCAB, layers=layers, eos=(EOS,))
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "vocab_size": VOCAB,
         "hidden_size": 32,
         "intermediate_size": 64,
-        "num_hidden_layers": 2,
+        "num_hidden_layers": layers,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 8,

@@ -32,7 +32,7 @@ def _chunks(lengths):
     return [first, second]
 
 
-def _inference(runner, mode, per_row_ids, per_row_hidden=None):
+def _inference(runner, mode, per_row_ids, per_row_hidden=None, aux_layers=()):
     rows = [runner.table.add_request() for _ in per_row_ids]
     for row, ids in zip(rows, per_row_ids, strict=False):
         runner.table.reserve(row, len(ids))
@@ -48,7 +48,8 @@ def _inference(runner, mode, per_row_ids, per_row_hidden=None):
             [e - s for _, s, e in chunk],
         )
         if per_row_hidden is None:
-            out = runner.run_target(batch).hidden_states
+            target_out = runner.run_target(batch, aux_layers)
+            out = torch.cat([*target_out.aux_hidden_states, target_out.hidden_states], dim=-1)
         else:
             hidden = torch.cat([per_row_hidden[i][s:e] for i, s, e in chunk])
             out = runner.run_draft(batch, hidden)
@@ -83,6 +84,28 @@ def test_target_features_match_inference(cpu_backend, models, sequences):
         dense = target_features(target, _padded(sequences))  # [B, L, H]
     for row, ids in enumerate(sequences):
         torch.testing.assert_close(dense[row, : len(ids)], expected[row], atol=ATOL, rtol=0)
+
+
+def test_target_streams_match_inference(cpu_backend, models, sequences):
+    """With aux layers (any order, the embeddings and the last layer's output included),
+    the dense features are the paged EXTEND forward's streams entering those layers, then
+    its final hidden states, side by side (EAGLE-3's FeatureStore rows)."""
+    target, head = models
+    aux = (3, 0, 2)
+    expected = _inference(
+        _runner(cpu_backend, target, head), ForwardMode.EXTEND, sequences, aux_layers=aux
+    )
+    with torch.no_grad():
+        dense = target_features(target, _padded(sequences), aux)  # [B, L, 4H]
+    assert dense.shape[-1] == 4 * 32
+    for row, ids in enumerate(sequences):
+        for block in range(4):
+            # (the un-normed residual streams of this random target reach ~130, where the
+            # GEMMs' summation orders differ by ~1e-4: a tolerance relative to each stream)
+            got = dense[row, : len(ids), 32 * block : 32 * (block + 1)]
+            want = expected[row][:, 32 * block : 32 * (block + 1)]
+            scale = float(want.abs().max().clamp(min=1.0))
+            torch.testing.assert_close(got, want, atol=ATOL * scale, rtol=1e-5)
 
 
 def test_draft_forward_matches_inference(cpu_backend, models, sequences):

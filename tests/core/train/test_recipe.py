@@ -81,3 +81,19 @@ def test_unroll_step_weights():
     assert TrainConfig().step_weights == (1.0,)
     assert TrainConfig(unroll_steps=3).step_weights == (1.0, 1.0, 1.0)
     assert TrainConfig(unroll_steps=3, unroll_decay=0.5).step_weights == (1.0, 0.5, 0.25)
+
+
+def test_variant_defaults_and_checks():
+    """EAGLE-1 by default with its weights; for_variant starts from each variant's weights
+    unless given; an EAGLE-3 regression or an unknown variant is refused."""
+    assert (TrainConfig().variant, TrainConfig().regression_weight) == ("eagle1", 1.0)
+    eagle1 = TrainConfig.for_variant("eagle1", steps=10)
+    assert (eagle1.regression_weight, eagle1.cross_entropy_weight, eagle1.steps) == (1.0, 0.1, 10)
+    eagle3 = TrainConfig.for_variant("eagle3")
+    assert (eagle3.variant, eagle3.regression_weight, eagle3.cross_entropy_weight) == (
+        "eagle3", 0.0, 1.0)
+    assert TrainConfig.for_variant("eagle3", cross_entropy_weight=0.5).cross_entropy_weight == 0.5
+    with pytest.raises(ValueError, match="distribution alone"):
+        TrainConfig(variant="eagle3")
+    with pytest.raises(ValueError, match="eagle1, eagle3"):
+        TrainConfig(variant="eagle2")

@@ -1,6 +1,7 @@
 """`eagle-hal train-draft` end to end on a tiny random chat model on the CPU.
 
-Stage ``data`` then stage ``train`` through the command line, as the lead runs them on a GPU.
+Stage ``data`` then stage ``train`` through the command line, as the lead runs them on a GPU;
+EAGLE-1 heads and (``--variant eagle3``, on a deeper target) EAGLE-3 heads.
 Oracles: greedy answers in the data set equal an explicit argmax loop over the target; the
 training loss falls; the saved head loads with ``load_eagle_head`` and speculative greedy
 decoding with it equals plain greedy decoding (no draft at all).
@@ -17,7 +18,7 @@ from eagle_hal.api import LLM
 from eagle_hal.cli import main
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.model.draft_vocab import DraftVocabulary, restrict
-from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel
 from eagle_hal.model.loading import load_eagle_head
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.train.checkpoint import RECIPE_KEY, read_recipe
@@ -86,11 +87,11 @@ def _common(model, out):
     ]
 
 
-def _assert_lossless(cpu_backend, target, dataset, out):
+def _assert_lossless(cpu_backend, target, dataset, out, head_type=Eagle1DraftModel):
     """The saved head loads, and speculative greedy decoding with it (chain and tree)
     equals plain greedy decoding."""
     head = load_eagle_head(out, target, dtype=torch.float32)
-    assert isinstance(head, Eagle1DraftModel)
+    assert isinstance(head, head_type)
     prompts = [dataset.prompt(int(i)) for i in dataset.validation_indices()]
     params = SamplingParams(max_new_tokens=20)
     plain = LLM.from_models(cpu_backend, target, None, spec=SpecConfig(num_steps=0)).generate(
@@ -197,6 +198,46 @@ def test_train_draft_unrolled(tmp_path, tiny_chat_model, tiny_chat, cpu_backend)
     assert recipe["train_loss_last"] < 0.9 * recipe["train_loss_first"]
     dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
     _assert_lossless(cpu_backend, target, dataset, out)
+
+
+def test_train_draft_eagle3(tmp_path, tiny_chat_model_deep, cpu_backend):
+    """``--variant eagle3``, unrolled over 2 steps, on the data file of a plain data stage:
+    the loss falls, the recipe records the variant and the cross-entropy alone, the head is
+    saved in the EAGLE-3 layout (bf16) and generates losslessly as an Eagle3DraftModel."""
+    from eagle_hal.model.loading import load_target
+
+    target, _ = load_target(tiny_chat_model_deep, dtype=torch.float32, device="cpu",
+                            progress=False)
+    out = tmp_path / "head"
+    common = _common(tiny_chat_model_deep, out)
+    assert main(["train-draft", "--stage", "data", *common, *DATA_ARGS]) == 0
+    eagle3 = ["--variant", "eagle3", "--unroll-steps", "2"]
+    assert main(["train-draft", "--stage", "train", *common, *TRAIN_ARGS, *eagle3]) == 0
+
+    recipe = read_recipe(out)
+    assert recipe is not None and recipe["steps"] == 60
+    assert recipe["train"]["variant"] == "eagle3" and recipe["train"]["unroll_steps"] == 2
+    assert recipe["train"]["regression_weight"] == 0.0
+    assert recipe["train"]["cross_entropy_weight"] == 1.0
+    assert "--variant eagle3" in recipe["command"]
+    assert "--regression-weight 0.0" in recipe["command"]
+    assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["draft_vocab_size"] == target.config.vocab_size
+    assert config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [1, 3, 4]}
+    assert config["torch_dtype"] == "bfloat16" and RECIPE_KEY in config
+    dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
+    _assert_lossless(cpu_backend, target, dataset, out, Eagle3DraftModel)
+
+
+def test_eagle3_with_a_regression_is_refused_before_anything_loads(tmp_path):
+    """``--variant eagle3 --regression-weight 1``: refused at once with a message."""
+    args = ["train-draft", "--device", "cpu", "--model", str(tmp_path / "missing.gguf"),
+            "--out", str(tmp_path / "head"), "--variant", "eagle3", "--regression-weight", "1"]
+    with pytest.raises(SystemExit, match="distribution alone"):
+        main(args)
+    assert not (tmp_path / "head").exists()
 
 
 def test_a_loss_with_no_term_is_refused_before_anything_loads(tmp_path, capsys):

@@ -26,10 +26,20 @@ def accelerator():
     return torch.accelerator.current_accelerator()
 
 
-def test_train_draft_bf16_on_accelerator(tmp_path, tiny_chat_model, accelerator):
-    """Stage all in bfloat16 on the accelerator; the head decodes losslessly there."""
+@pytest.mark.parametrize(
+    "variant,model_fixture,extra",
+    [
+        ("eagle1", "tiny_chat_model", []),
+        ("eagle3", "tiny_chat_model_deep", ["--variant", "eagle3", "--unroll-steps", "2"]),
+    ],
+)
+def test_train_draft_bf16_on_accelerator(tmp_path, request, accelerator, variant,
+                                         model_fixture, extra):
+    """Stage all in bfloat16 on the accelerator (EAGLE-1, and EAGLE-3 unrolled over 2
+    steps on a deeper target); the head decodes losslessly there."""
     from eagle_hal import select_backend
 
+    tiny_chat_model = request.getfixturevalue(model_fixture)
     out = tmp_path / "head"
     args = [
         "train-draft",
@@ -66,10 +76,11 @@ def test_train_draft_bf16_on_accelerator(tmp_path, tiny_chat_model, accelerator)
         "4",
         "--validation-new-tokens",
         "16",
+        *extra,
     ]
     assert main(args) == 0
     recipe = read_recipe(out)
-    assert recipe["steps"] == 160
+    assert recipe["steps"] == 160 and recipe["train"]["variant"] == variant
     assert recipe["train_loss_last"] < 0.9 * recipe["train_loss_first"]
 
     backend = select_backend(accelerator.type)

@@ -1,15 +1,18 @@
-"""The training loop's control: validation cadence, checkpoints, the time budget.
+"""The training loop's control: validation cadence, checkpoints, the time budget; an
+EAGLE-3 head through the same loop.
 
-Oracle: the step numbers the settings imply, counted by hand.
+Oracle: the step numbers the settings imply, counted by hand; for EAGLE-3, the loss falls
+and the head's own readout starts as a copy of the target's.
 """
 
 from __future__ import annotations
 
+import pytest
 import torch
 from eagle_hal.testing.models import tiny_target
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 from eagle_hal.train.recipe import TrainConfig
-from eagle_hal.train.trainer import train_eagle1
+from eagle_hal.train.trainer import train_eagle1, train_head
 
 INFO = DatasetInfo("tiny", "", 0, 6, 4, 8, (1.0,), (0.0,), 1.0, 0.0)
 
@@ -103,3 +106,32 @@ def test_time_budget_refits_the_schedule_to_the_later_step_time(cpu_backend, mon
     # budgeted, (85 - 20) / 0.05 + 240 = 1540, past the hard stop.
     assert result.steps == 1168
     assert clock["t"] <= budget
+
+
+def test_eagle3_head_trains_through_the_same_loop(cpu_backend):
+    """``variant="eagle3"`` on an 8-layer target: 40 steps unrolled over 2 draft steps lower
+    the loss; the validations run the engine with the EAGLE-3 head and reach the callback;
+    the readout trained away from the target's (a copy, not shared); features of the wrong
+    streams are refused."""
+    from eagle_hal.model.eagle import Eagle3DraftModel
+    from eagle_hal.train.features import FeatureStore
+
+    target = tiny_target(seed=54, vocab=61, layers=8)
+    readout = target.lm_head.weight.detach().clone()
+    seen = []
+    config = TrainConfig.for_variant(
+        "eagle3", steps=40, batch_size=2, lr=3e-3, unroll_steps=2, validate_every=20,
+        validation_prompts=1, validation_new_tokens=8,
+    )
+    result = train_head(cpu_backend, target, _dataset(), config, progress=False,
+                        on_validation=lambda state: seen.append(type(state.head)))
+    assert isinstance(result.head, Eagle3DraftModel) and result.head.aux_layers == (2, 4, 5)
+    assert result.steps == 40 and seen == [Eagle3DraftModel, Eagle3DraftModel]
+    assert result.last_loss < 0.8 * result.first_loss
+    assert all(1.0 <= p.accept_length <= 6.0 for p in result.validations)
+    assert torch.equal(target.lm_head.weight, readout)
+    assert not torch.equal(result.head.lm_head.weight, readout)
+    eagle1_features = FeatureStore.compute(target, _dataset(), progress=False)
+    with pytest.raises(ValueError, match="streams"):
+        train_head(cpu_backend, target, _dataset(), config, features=eagle1_features,
+                   progress=False)

@@ -1,4 +1,5 @@
-"""The unrolled draft forward equals the engine's own draft chain, step by step.
+"""The unrolled draft forward equals the engine's own draft chain, step by step, for EAGLE-1
+and EAGLE-3 heads.
 
 Oracle: the inference path on the CPU backend (ModelRunner, paged KV, the reference
 attention backend), driven as ``spec.drafting.draft_chain`` drives it: a DRAFT_EXTEND over
@@ -14,7 +15,9 @@ import pytest
 import torch
 from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.model.llama import ModelOutput
 from eagle_hal.testing.models import randomize, tiny_eagle1, tiny_target
+from eagle_hal.train.eagle3 import init_eagle3
 from eagle_hal.train.dense import dense_batch, target_features
 from eagle_hal.train.unrolled import DenseUnrolledAttention, unrolled_draft_forward
 
@@ -23,13 +26,26 @@ STEPS = 4
 ORIGINS = [0, 3, 7]  # chain origins o (draft positions whose extend output starts the chain)
 
 
-def _models():
+def _models(variant="eagle1"):
     """A tiny target and head; the head's weights are small enough that its own outputs
-    stay of order 1 over several steps (float32 error stays ~1e-6)."""
-    target = tiny_target(seed=61, vocab=97, layers=2)
-    head = tiny_eagle1(target, seed=62)
+    stay of order 1 over several steps (float32 error stays ~1e-6). EAGLE-3 needs a target
+    deep enough for its feature layers (2, 4, 5)."""
+    if variant == "eagle3":
+        target = tiny_target(seed=61, vocab=97, layers=8)
+        head = init_eagle3(target, seed=62)
+    else:
+        target = tiny_target(seed=61, vocab=97, layers=2)
+        head = tiny_eagle1(target, seed=62)
     randomize(head, seed=62, scale=0.12)
     return target, head
+
+
+def _draft_features(target, head, rows):
+    """What the head's first step reads at every position: ``[B, L, H]``."""
+    hidden = head.config.hidden_size
+    streams = target_features(target, rows, head.aux_layers)  # [B, L, (k + 1) H]
+    layers = ModelOutput(streams[..., -hidden:], tuple(streams[..., :-hidden].split(hidden, -1)))
+    return head.project_target_features(layers)
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +82,14 @@ def _engine_chain(runner, tokens, features, origin, steps):
     return outputs
 
 
-def test_unrolled_steps_match_the_engine_chain(cpu_backend, rows):
-    """For several origins and both rows, g_s[o + s - 1] equals the engine's depth-s output."""
-    target, head = _models()
+@pytest.mark.parametrize("variant", ["eagle1", "eagle3"])
+def test_unrolled_steps_match_the_engine_chain(cpu_backend, rows, variant):
+    """For several origins and both rows, g_s[o + s - 1] equals the engine's depth-s output
+    (EAGLE-3: step 1 reads fc of the target's layer streams, later steps the head's own
+    output before its norm, as the engine feeds them)."""
+    target, head = _models(variant)
     with torch.no_grad():
-        features = target_features(target, rows)  # [B, L, H]
+        features = _draft_features(target, head, rows)  # [B, L, H]
         unrolled = unrolled_draft_forward(head, rows[:, 1:], features[:, :-1], STEPS)
     cache = CacheConfig(num_tokens=256, page_size=4, max_requests=8, max_context=64)
     runner = ModelRunner(cpu_backend, target, head, cache, torch.float32)

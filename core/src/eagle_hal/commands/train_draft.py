@@ -1,14 +1,15 @@
-"""``eagle-hal train-draft``: train an EAGLE-1 draft head for a target, from the target alone.
+"""``eagle-hal train-draft``: train an EAGLE draft head for a target, from the target alone.
 
 Two stages, each resumable on its own (one device command may be time-limited):
 
 * ``--stage data``: the target writes user prompts and answers them (Magpie-style
   self-distillation, ``eagle_hal.train.selfdistill``); the token sequences go to ``--data``
   (safetensors; default ``OUT.data.safetensors``, beside the head directory).
-* ``--stage train``: features from the target, then the EAGLE-1 loss (``--unroll-steps N``:
-  unrolled over N draft steps, as a chain drafts at inference); the head is saved to
-  ``--out`` at every validation and at the end (published EAGLE-1 layout, bf16, with the
-  recipe in ``config.json``).
+* ``--stage train``: features from the target, then the head's loss (``--variant``:
+  ``eagle1``, the default, or ``eagle3``; ``--unroll-steps N``: unrolled over N draft steps,
+  as a chain drafts at inference); the head is saved to ``--out`` at every validation and
+  at the end (the variant's published layout, bf16, with the recipe in ``config.json``).
+  Both variants train on the same data file.
 
 ``--stage all`` (the default) runs both. ``--time-budget-min`` bounds the whole command:
 under ``all``, data generation gets 45% of it and training what is left. Training ends by
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from eagle_hal.commands import train_draft_head as head_stage
 from eagle_hal.commands import train_draft_vocab as vocabulary
 
 __all__ = ["add_arguments", "run"]
@@ -135,37 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=(0.0, 0.0, 0.5, 0.8),
         help="comma-separated temperatures the answers cycle through (0 = greedy)",
     )
-    train = parser.add_argument_group("training")
-    train.add_argument("--steps", type=int, default=3000)
-    train.add_argument("--batch-size", type=int, default=32, help="sequences per step")
-    train.add_argument("--lr", type=float, default=5e-4)
-    train.add_argument("--warmup-fraction", type=float, default=0.05)
-    train.add_argument(
-        "--feature-noise", type=float, default=0.1, help="uniform half-width, x feature RMS"
-    )
-    train.add_argument(
-        "--regression-weight",
-        type=float,
-        default=1.0,
-        help="weight of the smooth-L1 feature regression (0: cross-entropy only)",
-    )
-    train.add_argument("--cross-entropy-weight", type=float, default=0.1)
-    train.add_argument(
-        "--unroll-steps",
-        type=int,
-        default=1,
-        help="draft steps trained per position, later ones reading the head's own output "
-        "as a chain does at inference (1: the one-step EAGLE-1 loss)",
-    )
-    train.add_argument(
-        "--unroll-decay",
-        type=float,
-        default=1.0,
-        help="loss weight of unroll step s: DECAY ** (s - 1)",
-    )
-    train.add_argument("--validate-every", type=int, default=500)
-    train.add_argument("--validation-prompts", type=int, default=16)
-    train.add_argument("--validation-new-tokens", type=int, default=128)
+    head_stage.add_arguments(parser)
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -205,14 +177,7 @@ def run(args: argparse.Namespace) -> int:
         return vocabulary.rank(args, [DistillDataset.load(p) for p in paths], paths, None)
     if args.stage != "data" and args.out is None:
         raise SystemExit("eagle-hal train-draft: training needs --out DIR")
-    if args.stage != "data" and (
-        min(args.regression_weight, args.cross_entropy_weight) < 0
-        or args.regression_weight == args.cross_entropy_weight == 0
-    ):
-        raise SystemExit(
-            "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
-            ">= 0 and not both 0"
-        )
+    head_stage.check_arguments(args)
     budget = None if args.time_budget_min is None else 60.0 * args.time_budget_min
     progress = not args.no_progress
     command = _command_line(args)
@@ -254,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
                 f"{dataset.info.target_sha256[:12]}…); training on it anyway"
             )
     remaining = None if budget is None else budget - (time.perf_counter() - started)
-    _train(args, backend, target, dataset, command, remaining, started, progress)
+    head_stage.train(args, backend, target, dataset, command, remaining, started, progress)
     return vocabulary.rank(args, [dataset], [data_path], target.config.vocab_size)
 
 
@@ -305,67 +270,4 @@ def _generate(
         target_sha256=sha,
         command=command,
         progress=progress,
-    )
-
-
-def _train(
-    args: argparse.Namespace,
-    backend: Any,
-    target: Any,
-    dataset: Any,
-    command: str,
-    budget: float | None,
-    started: float,
-    progress: bool,
-) -> None:
-    from eagle_hal.train.checkpoint import TrainingRecipe, save_trained_head
-    from eagle_hal.train.recipe import TrainConfig
-    from eagle_hal.train.trainer import train_eagle1
-
-    config = TrainConfig(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_fraction=args.warmup_fraction,
-        feature_noise=args.feature_noise,
-        regression_weight=args.regression_weight,
-        cross_entropy_weight=args.cross_entropy_weight,
-        unroll_steps=args.unroll_steps,
-        unroll_decay=args.unroll_decay,
-        seed=args.seed,
-        validate_every=args.validate_every,
-        validation_prompts=args.validation_prompts,
-        validation_new_tokens=args.validation_new_tokens,
-        time_budget_s=budget,
-    )
-
-    def checkpoint(state: Any) -> None:
-        recipe = TrainingRecipe.of(
-            dataset,
-            config,
-            steps=state.step,
-            noise_half_width=state.feature_noise_half_width,
-            losses=(state.first_loss, state.last_loss),
-            validations=state.validations,
-            command=command,
-            wall_seconds=time.perf_counter() - started,
-        )
-        save_trained_head(state.head, target, args.out, recipe)
-
-    unroll = config.unroll_steps
-    unrolled = f", unrolled over {unroll} draft steps" if unroll > 1 else ""
-    _say(
-        f"training on {len(dataset.train_indices())} sequences, validating on "
-        f"{len(dataset.validation_indices())}; {config.steps} steps of {config.batch_size}"
-        f"{unrolled}"
-    )
-    result = train_eagle1(
-        backend, target, dataset, config, on_validation=checkpoint, progress=progress
-    )
-    final = result.validations[-1]
-    _say(
-        f"trained {result.steps} steps in {result.seconds:.0f} s: loss {result.first_loss:.4f} -> "
-        f"{result.last_loss:.4f}; validation top-1 {final.top1_accuracy:.3f}, accept length "
-        f"{final.accept_length:.2f}; head -> {args.out} "
-        f"({time.perf_counter() - started:.0f} s in all)"
     )

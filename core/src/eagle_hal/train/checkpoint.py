@@ -1,9 +1,10 @@
-"""Saving a trained head: the published EAGLE-1 layout, plus the recipe that made it.
+"""Saving a trained head: the published layout of its variant, plus the recipe that made it.
 
 ``save_eagle1`` writes ``config.json`` and ``model.safetensors`` (``fc.*``, ``layers.0.*``)
-as SafeAILab's EAGLE-1 checkpoints are laid out, so other engines load the head too. The
-recipe goes under one extra key of ``config.json``, ``eagle_hal_training``: loaders that do
-not know it ignore it.
+as SafeAILab's EAGLE-1 checkpoints are laid out; ``save_eagle3`` an EAGLE-3 head as
+SpecForge's are (``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``,
+``t2d``); so other engines load the head too. The recipe goes under one extra key of
+``config.json``, ``eagle_hal_training``: loaders that do not know it ignore it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any
 
 import torch
 
-from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.eagle import EagleDraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
-from eagle_hal.model.loading.eagle_ckpt import save_eagle1
 from eagle_hal.train.dataset import DistillDataset
-from eagle_hal.train.evaluate import ValidationPoint, copy_head
+from eagle_hal.train.evaluate import ValidationPoint
 from eagle_hal.train.recipe import TrainConfig
+from eagle_hal.train.variants import variant_of
 
 __all__ = ["RECIPE_KEY", "TrainingRecipe", "read_recipe", "save_trained_head"]
 
@@ -94,16 +95,17 @@ class TrainingRecipe:
 
 
 def save_trained_head(
-    head: Eagle1DraftModel,
+    head: EagleDraftModel,
     target: LlamaForCausalLM,
     directory: str | Path,
     recipe: TrainingRecipe,
     dtype: torch.dtype = torch.bfloat16,
 ) -> Path:
-    """Write ``head`` in ``dtype`` as an EAGLE-1 directory with ``recipe`` in its
-    ``config.json``; returns the directory."""
+    """Write ``head`` in ``dtype`` as a head directory of its variant's published layout
+    with ``recipe`` in its ``config.json``; returns the directory."""
     directory = Path(directory)
-    save_eagle1(copy_head(head, target, dtype), directory)
+    variant = variant_of(head)
+    variant.save(variant.copy_head(head, target, dtype), directory)
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text(encoding="utf-8"))
     config[RECIPE_KEY] = dataclasses.asdict(recipe)

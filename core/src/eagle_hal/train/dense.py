@@ -121,14 +121,22 @@ def dense_batch(input_ids: torch.Tensor, mode: ForwardMode = ForwardMode.EXTEND)
     )
 
 
-def target_features(target: LlamaForCausalLM, tokens: torch.Tensor) -> torch.Tensor:
-    """The target's EAGLE-1 feature (final normed hidden state) ``[B, L, H]`` of right-padded
-    rows ``tokens`` ``[B, L]``, computed by the target's own forward with dense attention.
+def target_features(
+    target: LlamaForCausalLM, tokens: torch.Tensor, aux_layers: tuple[int, ...] = ()
+) -> torch.Tensor:
+    """The target's features of right-padded rows ``tokens`` ``[B, L]``, computed by the
+    target's own forward with dense attention: the final normed hidden state ``[B, L, H]``
+    (EAGLE-1's feature), or with ``aux_layers`` the residual streams entering those layers
+    (as ``LlamaForCausalLM.forward`` returns them) followed by the final normed state,
+    concatenated ``[B, L, (len(aux_layers) + 1) * H]`` (EAGLE-3's features and its labels).
     Call under ``torch.no_grad``/``inference_mode``; padded positions hold garbage."""
     rows, length = tokens.shape
     attn = DenseCausalAttention.for_model(target.config)
-    out = target.forward(dense_batch(tokens), attn)
-    return out.hidden_states.view(rows, length, -1)
+    out = target.forward(dense_batch(tokens), attn, aux_layers=aux_layers)
+    if not aux_layers:
+        return out.hidden_states.view(rows, length, -1)
+    streams = torch.cat([*out.aux_hidden_states, out.hidden_states], dim=-1)  # [B * L, (k+1)H]
+    return streams.view(rows, length, -1)
 
 
 def draft_forward(

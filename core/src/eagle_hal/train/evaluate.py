@@ -14,11 +14,11 @@ from typing import NamedTuple
 import torch
 
 from eagle_hal.backend import Backend
-from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.eagle import EagleDraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DistillDataset
 from eagle_hal.train.features import FeatureStore
-from eagle_hal.train.loss import eagle1_loss
+from eagle_hal.train.variants import variant_of
 
 __all__ = ["ValidationPoint", "copy_head", "engine_accept_length", "top1_accuracy"]
 
@@ -31,19 +31,17 @@ class ValidationPoint(NamedTuple):
 
 
 def copy_head(
-    head: Eagle1DraftModel, target: LlamaForCausalLM, dtype: torch.dtype
-) -> Eagle1DraftModel:
+    head: EagleDraftModel, target: LlamaForCausalLM, dtype: torch.dtype
+) -> EagleDraftModel:
     """A copy of ``head``'s weights in ``dtype`` (for inference or saving), sharing the
-    target's embedding and ``lm_head``."""
-    copy = Eagle1DraftModel(head.config, target, fc_bias=head.fc.bias is not None, dtype=dtype)
-    copy.load_state_dict(head.state_dict())
-    return copy.eval()
+    target's embedding (and EAGLE-1's ``lm_head``): its variant's ``copy_head``."""
+    return variant_of(head).copy_head(head, target, dtype)
 
 
 def engine_accept_length(
     backend: Backend,
     target: LlamaForCausalLM,
-    head: Eagle1DraftModel,
+    head: EagleDraftModel,
     prompts: Sequence[Sequence[int]],
     *,
     draft_steps: int = 5,
@@ -77,7 +75,7 @@ def engine_accept_length(
 
 @torch.no_grad()
 def top1_accuracy(
-    head: Eagle1DraftModel,
+    head: EagleDraftModel,
     target: LlamaForCausalLM,
     dataset: DistillDataset,
     features: FeatureStore,
@@ -86,14 +84,26 @@ def top1_accuracy(
     batch_size: int = 32,
     autocast: bool = False,
 ) -> tuple[float, float]:
-    """``(loss, top-1 accuracy)`` of ``head`` over sequences ``indices``, without noise."""
+    """``(loss, top-1 accuracy)`` of ``head`` over sequences ``indices``: one draft step
+    reading the target's features, without noise; the loss under the variant's default
+    weights whatever the run's (EAGLE-1: ``eagle1_loss``'s), so it compares across runs."""
+    variant = variant_of(head)
     device = features.device
     total_loss, correct, count = 0.0, 0, 0
     for chunk in indices.split(batch_size):
         rows = dataset.padded(chunk, device)
         with torch.autocast(device.type, dtype=target.dtype, enabled=autocast):
-            parts = eagle1_loss(head, target, rows, features.rows(chunk, rows.tokens.shape[1]))
-        total_loss += float(parts.total) * int(parts.count)
-        correct += int(parts.correct)
-        count += int(parts.count)
+            parts = variant.loss(
+                head,
+                target,
+                rows,
+                features.rows(chunk, rows.tokens.shape[1]),
+                step_weights=(1.0,),
+                noise_half_width=0.0,
+                regression_weight=variant.default_regression_weight,
+                cross_entropy_weight=variant.default_cross_entropy_weight,
+            )
+        total_loss += float(parts.total) * int(parts.count[0])
+        correct += int(parts.correct[0])
+        count += int(parts.count[0])
     return total_loss / max(count, 1), correct / max(count, 1)

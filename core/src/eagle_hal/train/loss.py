@@ -10,6 +10,11 @@ from the last prompt position): ``answer_start - 2 <= i <= length - 3``.
 ``s`` at position ``i`` predicts the same ``f[i + 1]`` from the head's own step ``s - 1``
 output, and counts the positions step 1 counts that have a chain origin,
 ``i - s + 1 >= 0``. One step is ``eagle1_loss``, bit for bit.
+
+``unrolled_loss`` is that alignment, masking and per-step bookkeeping for any head: it
+takes step 1's input features and whether to regress, so EAGLE-1 (the target's features,
+regression and cross-entropy) and EAGLE-3 (``train.eagle3``: ``fc`` over the target's
+layer streams, cross-entropy alone) are thin callers of one loss.
 """
 
 from __future__ import annotations
@@ -20,13 +25,21 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.eagle import Eagle1DraftModel, EagleDraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import PaddedRows
 from eagle_hal.train.dense import draft_forward
 from eagle_hal.train.unrolled import unrolled_draft_forward
 
-__all__ = ["LossParts", "UnrolledLossParts", "eagle1_loss", "loss_mask", "unrolled_eagle1_loss"]
+__all__ = [
+    "LossParts",
+    "UnrolledLossParts",
+    "add_uniform_noise",
+    "eagle1_loss",
+    "loss_mask",
+    "unrolled_eagle1_loss",
+    "unrolled_loss",
+]
 
 
 class LossParts(NamedTuple):
@@ -80,8 +93,7 @@ def eagle1_loss(
         raise ValueError("no position of this batch counts: every answer is empty")
     hidden_in = features[:, :-1]  # [B, L - 1, H]
     if noise_half_width > 0:
-        noise = torch.rand(hidden_in.shape, generator=generator, device=hidden_in.device)
-        hidden_in = hidden_in + ((2 * noise - 1) * noise_half_width).to(hidden_in.dtype)
+        hidden_in = add_uniform_noise(hidden_in, noise_half_width, generator)
     predicted = draft_forward(head, rows.tokens[:, 1:], hidden_in)[mask]  # [M, H]
     true_next = features[:, 1:][mask]  # [M, H]
     regression = F.smooth_l1_loss(predicted.float(), true_next.float())
@@ -110,9 +122,55 @@ def unrolled_eagle1_loss(
     """The EAGLE-1 loss of ``head`` unrolled ``len(step_weights)`` steps (see
     ``train.unrolled``): ``sum_s w_s * (regression_weight * regression_s +
     cross_entropy_weight * cross_entropy_s)``, each step's parts as in ``eagle1_loss`` over
-    the positions it counts. Noise goes on step 1's input features only. The target's
-    distributions are computed once for all steps. Raises ``ValueError`` when no position
-    counts or ``step_weights`` is empty.
+    the positions it counts. Step 1 reads the target's features, with noise on them only.
+    Raises ``ValueError`` when no position counts or ``step_weights`` is empty.
+    """
+    hidden_in = features[:, :-1]  # [B, L - 1, H]
+    if noise_half_width > 0:
+        hidden_in = add_uniform_noise(hidden_in, noise_half_width, generator)
+    return unrolled_loss(
+        head,
+        target,
+        rows,
+        hidden_in,
+        features,
+        step_weights=step_weights,
+        regression_weight=regression_weight,
+        cross_entropy_weight=cross_entropy_weight,
+    )
+
+
+def add_uniform_noise(
+    hidden: torch.Tensor,
+    half_width: float | torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """``hidden`` plus uniform noise in ``[-half_width, half_width)`` (a float, or a scalar
+    tensor, kept on the device), drawn from ``generator``, in ``hidden``'s dtype."""
+    noise = torch.rand(hidden.shape, generator=generator, device=hidden.device)
+    return hidden + ((2 * noise - 1) * half_width).to(hidden.dtype)
+
+
+def unrolled_loss(
+    head: EagleDraftModel,
+    target: LlamaForCausalLM,
+    rows: PaddedRows,
+    hidden_in: torch.Tensor,
+    final_features: torch.Tensor,
+    *,
+    step_weights: Sequence[float] = (1.0,),
+    regression_weight: float | None = 1.0,
+    cross_entropy_weight: float = 0.1,
+) -> UnrolledLossParts:
+    """Any head's loss unrolled ``len(step_weights)`` steps: step 1 reads ``hidden_in``
+    ``[B, L - 1, H]`` (position ``i`` with token ``x[i + 1]``: the variant's input feature of
+    position ``i``, noise already added), later steps the head's own outputs
+    (``train.unrolled``). Every step is scored against the target's next-token distribution
+    from ``final_features`` ``[B, L, H]`` (the target's final normed states), and, unless
+    ``regression_weight`` is ``None``, regressed onto ``final_features[:, i + 1]``
+    (``parts.regression`` then holds zeros). The target's distributions are computed once
+    for all steps. Raises ``ValueError`` when no position counts or ``step_weights`` is
+    empty.
     """
     if not step_weights:
         raise ValueError("step_weights needs one weight per unroll step, got none")
@@ -120,13 +178,9 @@ def unrolled_eagle1_loss(
     counted = mask.reshape(-1).nonzero()[:, 0]  # [M] flat indices (the step's one host sync)
     if counted.numel() == 0:
         raise ValueError("no position of this batch counts: every answer is empty")
-    hidden_in = features[:, :-1]  # [B, L - 1, H]
-    if noise_half_width > 0:
-        noise = torch.rand(hidden_in.shape, generator=generator, device=hidden_in.device)
-        hidden_in = hidden_in + ((2 * noise - 1) * noise_half_width).to(hidden_in.dtype)
     outputs = unrolled_draft_forward(head, rows.tokens[:, 1:], hidden_in, len(step_weights))
-    hidden_size = features.shape[-1]
-    true_next = features[:, 1:].reshape(-1, hidden_size)[counted]  # [M, H]
+    hidden_size = final_features.shape[-1]
+    true_next = final_features[:, 1:].reshape(-1, hidden_size)[counted]  # [M, H]
     position = counted % mask.shape[1]  # [M] draft position i of each counted row
     with torch.no_grad():
         target_logits = target.compute_logits(true_next)  # [M, V] float32
@@ -134,26 +188,33 @@ def unrolled_eagle1_loss(
         target_top = target_logits.argmax(-1)  # [M]
     regressions, entropies, corrects, counts = [], [], [], []
     for step, output in enumerate(outputs, start=1):
-        predicted = output.reshape(-1, hidden_size)[counted]  # [M, H]
+        predicted = output.reshape(-1, output.shape[-1])[counted]  # [M, H]
         draft_logits = head.compute_logits(predicted)  # [M, V] float32
         entropy = -(target_probs * torch.log_softmax(draft_logits, dim=-1)).sum(-1)  # [M]
         agrees = draft_logits.argmax(-1) == target_top  # [M]
+        regression = entropy.new_zeros(())  # no regression term: reported as 0
         if step == 1:  # every counted position has a chain origin: eagle1_loss's expressions
-            regressions.append(F.smooth_l1_loss(predicted.float(), true_next.float()))
-            entropies.append(entropy.mean())
-            corrects.append(agrees.sum())
-            counts.append(mask.sum())
-            continue
-        keep = position >= step - 1  # [M] the chain's origin i - s + 1 >= 0
-        count = keep.sum()
-        denominator = count.clamp(min=1).float()
-        elementwise = F.smooth_l1_loss(predicted.float(), true_next.float(), reduction="none")
-        regressions.append((elementwise.mean(-1) * keep).sum() / denominator)
-        entropies.append((entropy * keep).sum() / denominator)
-        corrects.append((agrees & keep).sum())
+            if regression_weight is not None:
+                regression = F.smooth_l1_loss(predicted.float(), true_next.float())
+            entropy, correct, count = entropy.mean(), agrees.sum(), mask.sum()
+        else:
+            keep = position >= step - 1  # [M] the chain's origin i - s + 1 >= 0
+            count = keep.sum()
+            denominator = count.clamp(min=1).float()
+            if regression_weight is not None:
+                elementwise = F.smooth_l1_loss(
+                    predicted.float(), true_next.float(), reduction="none"
+                )
+                regression = (elementwise.mean(-1) * keep).sum() / denominator
+            entropy, correct = (entropy * keep).sum() / denominator, (agrees & keep).sum()
+        regressions.append(regression)
+        entropies.append(entropy)
+        corrects.append(correct)
         counts.append(count)
     terms = [
-        weight * (regression_weight * regression + cross_entropy_weight * entropy)
+        weight * (cross_entropy_weight * entropy)
+        if regression_weight is None
+        else weight * (regression_weight * regression + cross_entropy_weight * entropy)
         for weight, regression, entropy in zip(step_weights, regressions, entropies)
     ]
     total = terms[0]

@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
+
+from eagle_hal.train.variants import head_variant
 
 __all__ = ["Schedule", "TrainConfig"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TrainConfig:
-    """EAGLE-1 head training settings.
+    """Draft head training settings.
 
+    ``variant`` is the head trained: ``"eagle1"`` or ``"eagle3"`` (``train.variants``).
     Loss: ``regression_weight * smooth_l1(predicted next feature, target's next feature) +
-    cross_entropy_weight * soft_cross_entropy(lm_head(predicted), target's distribution)``.
+    cross_entropy_weight * soft_cross_entropy(lm_head(predicted), target's distribution)``;
+    the defaults are EAGLE-1's (1.0 and 0.1); ``for_variant`` starts from the variant's
+    (EAGLE-3: 0 and 1.0, and ``regression_weight`` must stay 0: its output is not in the
+    target's feature space).
     Input features get uniform noise of half-width ``feature_noise`` times the training
-    features' RMS. ``unroll_steps > 1`` trains the later steps of a draft chain too
+    features' RMS (EAGLE-3: times the RMS of its ``fc`` output, batch by batch).
+    ``unroll_steps > 1`` trains the later steps of a draft chain too
     (``train.unrolled``): step ``s`` reads the head's own step ``s - 1`` output, as inference
     does at depth ``s``, and its loss is added with weight ``unroll_decay ** (s - 1)``
     (``step_weights``); 1 is the one-step EAGLE-1 loss. AdamW; the learning rate warms up
@@ -31,7 +39,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 0.5
-    regression_weight: float = 1.0
+    variant: str = "eagle1"
+    regression_weight: float = 1.0  # EAGLE-1's; for_variant starts from each variant's
     cross_entropy_weight: float = 0.1
     feature_noise: float = 0.1
     unroll_steps: int = 1  # draft steps trained per position (1: EAGLE-1's one-step loss)
@@ -45,6 +54,13 @@ class TrainConfig:
     time_budget_s: float | None = None  # shorten the schedule / stop to fit
 
     def __post_init__(self) -> None:
+        variant = head_variant(self.variant)  # raises ValueError for an unknown name
+        if self.regression_weight > 0 and not variant.regresses_features:
+            raise ValueError(
+                f"a {variant.name} head trains on the distribution alone (its output is not "
+                "in the target's feature space): set regression_weight to 0, or build the "
+                f"settings with TrainConfig.for_variant({variant.name!r}, ...)"
+            )
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
         if self.lr <= 0:
@@ -63,6 +79,16 @@ class TrainConfig:
             raise ValueError(f"unroll_decay must be > 0, got {self.unroll_decay}")
         if self.validate_every < 1 or self.validation_draft_steps < 1:
             raise ValueError("validate_every and validation_draft_steps must be >= 1")
+
+    @classmethod
+    def for_variant(cls, variant: str, **settings: Any) -> TrainConfig:
+        """Settings for a ``variant`` head: its default loss weights (EAGLE-1 1.0 and 0.1,
+        EAGLE-3 0 and 1.0) unless ``settings`` give them, the class defaults otherwise.
+        Raises ``ValueError`` as the constructor does."""
+        defaults = head_variant(variant)
+        settings.setdefault("regression_weight", defaults.default_regression_weight)
+        settings.setdefault("cross_entropy_weight", defaults.default_cross_entropy_weight)
+        return cls(variant=variant, **settings)
 
     @property
     def step_weights(self) -> tuple[float, ...]:

@@ -1,13 +1,14 @@
-"""The EAGLE-1 training loop: only the head learns; the target's embedding and lm_head are
-shared and frozen.
+"""The training loop of a draft head (EAGLE-1 or EAGLE-3, ``TrainConfig.variant``): only
+the head learns; the target, and what the head shares with it (its embedding, and EAGLE-1's
+``lm_head``), stays frozen.
 
 Per step: ``batch_size`` training sequences (epochs of a seeded shuffle), their stored
-target features (``FeatureStore``), the EAGLE-1 loss unrolled ``unroll_steps`` draft steps
-(``train.loss``; one step is plain EAGLE-1) under bf16/fp16 autocast when the target runs
-in a half type, AdamW with gradient clipping and the warm-up + cosine schedule of
-``TrainConfig``. Validation (held-out loss, top-1 agreement,
-engine accept length) runs every ``validate_every`` steps and after the last; a callback
-receives the head then (to save a checkpoint).
+target features (``FeatureStore``: the streams the variant reads), the variant's loss
+unrolled ``unroll_steps`` draft steps (``train.variants``; one EAGLE-1 step is plain
+EAGLE-1) under bf16/fp16 autocast when the target runs in a half type, AdamW with gradient
+clipping and the warm-up + cosine schedule of ``TrainConfig``. Validation (held-out loss,
+top-1 agreement, engine accept length) runs every ``validate_every`` steps and after the
+last; a callback receives the head then (to save a checkpoint).
 
 Under a time budget, the schedule is fitted to the budget once the first steps are timed,
 so that it still ends (learning rate at its floor) within the budget, and refitted from the
@@ -22,7 +23,6 @@ guards it all.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections.abc import Callable
@@ -31,15 +31,15 @@ from typing import NamedTuple
 import torch
 
 from eagle_hal.backend import Backend
-from eagle_hal.model.eagle import Eagle1DraftModel
+from eagle_hal.model.eagle import EagleDraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DistillDataset
 from eagle_hal.train.evaluate import ValidationPoint, engine_accept_length, top1_accuracy
 from eagle_hal.train.features import FeatureStore
-from eagle_hal.train.loss import unrolled_eagle1_loss
 from eagle_hal.train.recipe import Schedule, TrainConfig
+from eagle_hal.train.variants import head_variant, init_eagle1
 
-__all__ = ["Checkpoint", "TrainResult", "init_eagle1", "train_eagle1"]
+__all__ = ["Checkpoint", "TrainResult", "init_eagle1", "train_eagle1", "train_head"]
 
 _WARMUP_STEPS = 10  # untimed first steps (allocator, kernel selection, autotuning)
 _TIMED_STEPS = 30  # steps timed after them before a time budget first fits the schedule
@@ -51,7 +51,7 @@ _BUDGET_RESERVE = 0.15  # share of the budget kept for validation and saving
 class Checkpoint(NamedTuple):
     """What the validation callback receives: the head as it is now, and how it got here."""
 
-    head: Eagle1DraftModel  # float32 master weights (do not modify)
+    head: EagleDraftModel  # float32 master weights (do not modify)
     step: int
     validations: list[ValidationPoint]  # so far, the latest last
     feature_noise_half_width: float
@@ -60,33 +60,18 @@ class Checkpoint(NamedTuple):
 
 
 class TrainResult(NamedTuple):
-    head: Eagle1DraftModel  # float32 master weights
+    head: EagleDraftModel  # float32 master weights
     steps: int  # steps actually run
     first_loss: float  # mean training loss over the first steps
     last_loss: float  # mean training loss over the last steps
     validations: list[ValidationPoint]
-    feature_noise_half_width: float  # absolute, after scaling by the features' RMS
+    # EAGLE-1: absolute, after scaling by the features' RMS; EAGLE-3: relative to the RMS
+    # of fc's output in each batch (HeadVariant.noise_half_width)
+    feature_noise_half_width: float
     seconds: float
 
 
-def init_eagle1(target: LlamaForCausalLM, seed: int) -> Eagle1DraftModel:
-    """A fresh float32 EAGLE-1 head with the target's layer geometry: linear weights
-    N(0, 0.02), biases 0, norm weights 1."""
-    config = dataclasses.replace(target.config, num_layers=1)
-    head = Eagle1DraftModel(config, target, fc_bias=True, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(head.named_parameters()):
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()
-            else:
-                param.copy_(0.02 * torch.randn(param.shape, generator=generator))
-    return head
-
-
-def train_eagle1(
+def train_head(
     backend: Backend,
     target: LlamaForCausalLM,
     dataset: DistillDataset,
@@ -96,25 +81,36 @@ def train_eagle1(
     on_validation: Callable[[Checkpoint], None] | None = None,
     progress: bool = True,
 ) -> TrainResult:
-    """Train a new EAGLE-1 head for ``target`` on ``dataset`` (features are computed when
-    not given). Raises ``ValueError`` when the data set has no training or no validation
-    sequence."""
+    """Train a new ``config.variant`` head for ``target`` on ``dataset`` (features are
+    computed when not given). Raises ``ValueError`` when the data set has no training or no
+    validation sequence, or ``features`` hold other streams than the variant reads."""
     from tqdm import tqdm
 
     started = time.perf_counter()
+    variant = head_variant(config.variant)
     train_ids, val_ids = dataset.train_indices(), dataset.validation_indices()
     if len(train_ids) == 0 or len(val_ids) == 0:
         raise ValueError("the data set needs both training and validation sequences")
+    layers = variant.feature_layers(target)
+    if features is not None and features.aux_layers != layers:
+        raise ValueError(
+            f"a {variant.name} head reads the streams of target layers {layers}, the "
+            f"features given hold {features.aux_layers}"
+        )
     target.requires_grad_(False)
     target.eval()
     device = target.device
     torch.manual_seed(config.seed)
     if features is None:
         features = FeatureStore.compute(
-            target, dataset, batch_tokens=config.feature_batch_tokens, progress=progress
+            target,
+            dataset,
+            aux_layers=layers,
+            batch_tokens=config.feature_batch_tokens,
+            progress=progress,
         )
-    noise = config.feature_noise * features.rms(train_ids)
-    head = init_eagle1(target, config.seed).train()
+    noise = variant.noise_half_width(config.feature_noise, features, train_ids)
+    head = variant.init_head(target, config.seed).train()
     optimizer = torch.optim.AdamW(
         head.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
     )
@@ -178,7 +174,7 @@ def train_eagle1(
         cursor += config.batch_size
         rows = dataset.padded(chunk, device)
         with torch.autocast(device.type, dtype=target.dtype, enabled=autocast):
-            parts = unrolled_eagle1_loss(
+            parts = variant.loss(
                 head,
                 target,
                 rows,
@@ -262,6 +258,9 @@ def train_eagle1(
         feature_noise_half_width=noise,
         seconds=time.perf_counter() - started,
     )
+
+
+train_eagle1 = train_head  # the name from before EAGLE-3 heads trained; any variant
 
 
 def _loss_ends(losses: list[float]) -> tuple[float, float]:

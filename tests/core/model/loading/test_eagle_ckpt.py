@@ -1,5 +1,5 @@
 """EAGLE head directories: variant detection from published tensor names, the embedding
-policy, EAGLE-3 layer ids from config, the EAGLE-1 writer, and the loading errors."""
+policy, EAGLE-3 layer ids from config, the EAGLE-1 and EAGLE-3 writers, and the loading errors."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from eagle_hal.model.loading.eagle_ckpt import (
     detect_eagle_variant,
     load_eagle_head,
     save_eagle1,
+    save_eagle3,
 )
 from eagle_hal.model.loading.hf import load_hf_model
 
@@ -133,6 +134,50 @@ def test_save_eagle1_writes_the_published_layout(target, tmp_path, eagle_ckpt, r
             outputs.append(model(batch, runtime.backend, None, torch.randn(
                 3, 64, generator=torch.Generator().manual_seed(0))))
     assert torch.equal(outputs[0], outputs[1])
+
+
+def test_save_eagle3_writes_the_published_layout(target, tmp_path, eagle_ckpt, runtime_for):
+    """save_eagle3 writes the SpecForge names and config fields (oracle: the SpecForge-style
+    writer); loading it back gives the same tensors, feature layers, id maps and draft step."""
+    tensors, _ = eagle_ckpt.write_eagle3(
+        tmp_path / "original", eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
+    )
+    head = load_eagle_head(tmp_path / "original", target)
+    save_eagle3(head, tmp_path / "saved")
+    saved = load_file(str(tmp_path / "saved" / "model.safetensors"))
+    assert saved.keys() == tensors.keys()
+    for name, tensor in tensors.items():
+        assert torch.equal(saved[name], tensor), name
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert config["eagle_config"] == {"eagle_aux_hidden_state_layer_ids": [0, 2, 4]}
+    assert (config["draft_vocab_size"], config["target_hidden_size"]) == (head.draft_vocab_size, 64)
+    assert (config["num_hidden_layers"], config["norm_before_residual"]) == (1, False)
+
+    reloaded = load_eagle_head(tmp_path / "saved", target)
+    assert isinstance(reloaded, Eagle3DraftModel) and reloaded.aux_layers == (1, 3, 5)
+    outputs = []
+    for model in (head, reloaded):
+        runtime = runtime_for(model.config)
+        batch = runtime.causal_batch([runtime.new_request()], [[4, 8, 15]],
+                                     mode=ForwardMode.DRAFT_EXTEND)
+        with torch.no_grad():
+            out = model(batch, runtime.backend, None, torch.randn(
+                3, 64, generator=torch.Generator().manual_seed(0)))
+            outputs.append((out, *model.topk(out, 3)))
+    for first, second in zip(*outputs, strict=True):
+        assert torch.equal(first, second)
+
+
+def test_save_eagle3_refuses_the_embedding_stream(target, tmp_path, eagle_ckpt):
+    """A head reading the embeddings (stream 0) cannot be named by the published ids."""
+    eagle_ckpt.write_eagle3(tmp_path / "original")
+    head = load_eagle_head(tmp_path / "original", target)
+    head.aux_layers = (0, 3, 5)
+    with pytest.raises(UnsupportedModelError, match="embeddings"):
+        save_eagle3(head, tmp_path / "saved")
+    with pytest.raises(TypeError, match="EAGLE-3"):
+        save_eagle3(object(), tmp_path / "saved")
 
 
 def test_head_loading_errors(target, tmp_path, eagle_ckpt):

@@ -19,6 +19,7 @@ from eagle_hal.model.loading.eagle_ckpt import (
     detect_eagle_variant,
     load_eagle_head,
     save_eagle1,
+    save_eagle3,
 )
 from eagle_hal.model.loading.gguf import gguf_reader, load_gguf_model, model_from_gguf_reader
 from eagle_hal.model.loading.hf import load_hf_model
@@ -38,6 +39,7 @@ __all__ = [
     "load_hf_model",
     "load_target",
     "save_eagle1",
+    "save_eagle3",
 ]
 
 DEFAULT_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -37,7 +37,13 @@ from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.model.loading.hf import iter_safetensors, read_json, safetensors_files
 from eagle_hal.model.weights import load_named_tensors
 
-__all__ = ["EagleVariant", "detect_eagle_variant", "load_eagle_head", "save_eagle1"]
+__all__ = [
+    "EagleVariant",
+    "detect_eagle_variant",
+    "load_eagle_head",
+    "save_eagle1",
+    "save_eagle3",
+]
 
 _EMBEDDING = "embed_tokens.weight"
 
@@ -156,24 +162,54 @@ def save_eagle1(head: Eagle1DraftModel, directory: str | Path) -> None:
     """Write ``head`` as a published-layout EAGLE-1 directory: ``config.json`` (a Llama
     config with ``num_hidden_layers = 1``) and ``model.safetensors`` (``fc.*``,
     ``layers.0.*``). Creates ``directory``; overwrites those two files."""
-    from safetensors.torch import save_file
-
     if not isinstance(head, Eagle1DraftModel):
         raise TypeError(f"save_eagle1 writes EAGLE-1 heads, got {type(head).__name__}")
+    _write_head(head, directory, _head_config_json(head, head.config))
+
+
+def save_eagle3(head: Eagle3DraftModel, directory: str | Path) -> None:
+    """Write ``head`` as a published-layout EAGLE-3 directory (SpecForge's names):
+    ``config.json`` (``LlamaForCausalLMEagle3``, ``draft_vocab_size``, ``target_hidden_size``,
+    ``eagle_config.eagle_aux_hidden_state_layer_ids``) and ``model.safetensors``
+    (``fc.weight``, ``midlayer.*``, ``norm.weight``, ``lm_head.weight``, ``d2t``, ``t2d``).
+    Creates ``directory``; overwrites those two files. Raises ``UnsupportedModelError`` for
+    feature layers the published config cannot name (the embeddings, layer 0)."""
+    if not isinstance(head, Eagle3DraftModel):
+        raise TypeError(f"save_eagle3 writes EAGLE-3 heads, got {type(head).__name__}")
+    if min(head.aux_layers) < 1:
+        raise UnsupportedModelError(
+            f"EAGLE-3 feature layers {head.aux_layers} include the embeddings (0): the "
+            "published config lists layer outputs, which cannot name them"
+        )
+    config = _head_config_json(head, head.config)
+    config.update(
+        architectures=["LlamaForCausalLMEagle3"],
+        draft_vocab_size=head.draft_vocab_size,
+        target_hidden_size=head.fc.in_features // 3,
+        norm_before_residual=head.norm_before_residual,
+        # the published ids are the outputs of the layers before the streams we read
+        # (``_eagle3_aux_layers`` adds the 1 back)
+        eagle_config={"eagle_aux_hidden_state_layer_ids": [i - 1 for i in head.aux_layers]},
+    )
+    _write_head(head, directory, config)
+
+
+def _write_head(head: EagleDraftModel, directory: str | Path, config: dict[str, Any]) -> None:
+    from safetensors.torch import save_file
+
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    config = head.config
     # copies: a head fused for inference holds views of one fused weight, which
     # safetensors refuses to write as separate tensors
     state = {name: tensor.detach().to("cpu", copy=True).contiguous()
              for name, tensor in head.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"), metadata={"format": "pt"})
     (directory / "config.json").write_text(
-        json.dumps(_eagle1_config_json(head, config), indent=2) + "\n", encoding="utf-8"
+        json.dumps(config, indent=2) + "\n", encoding="utf-8"
     )
 
 
-def _eagle1_config_json(head: Eagle1DraftModel, config: ModelConfig) -> dict[str, Any]:
+def _head_config_json(head: EagleDraftModel, config: ModelConfig) -> dict[str, Any]:
     scaling = config.rope_scaling
     if scaling.kind is RopeScalingKind.FREQUENCY_FACTORS:
         raise UnsupportedModelError(

@@ -1,0 +1,158 @@
+"""``eagle-hal train-draft``'s training stage: its arguments, their checks, and the run
+(features, the head's loss, validations, checkpoints; ``eagle_hal.train``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+__all__ = ["add_arguments", "check_arguments", "train"]
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The "training" argument group of the command's parser."""
+    train = parser.add_argument_group("training")
+    train.add_argument(
+        "--variant",
+        choices=["eagle1", "eagle3"],
+        default="eagle1",
+        help="the head trained: eagle1 (the target's final feature, its lm_head) or eagle3 "
+        "(fc over 3 target layers' streams, its own norm and lm_head, cross-entropy alone)",
+    )
+    train.add_argument("--steps", type=int, default=3000)
+    train.add_argument("--batch-size", type=int, default=32, help="sequences per step")
+    train.add_argument("--lr", type=float, default=5e-4)
+    train.add_argument("--warmup-fraction", type=float, default=0.05)
+    train.add_argument(
+        "--feature-noise",
+        type=float,
+        default=0.1,
+        help="uniform half-width, x the input features' RMS (eagle3: of fc's output)",
+    )
+    train.add_argument(
+        "--regression-weight",
+        type=float,
+        default=None,
+        help="weight of the smooth-L1 feature regression (0: cross-entropy only; default: "
+        "the variant's, eagle1 1.0, eagle3 0, which it must stay)",
+    )
+    train.add_argument(
+        "--cross-entropy-weight",
+        type=float,
+        default=None,
+        help="weight of the soft cross-entropy (default: the variant's, eagle1 0.1, eagle3 1.0)",
+    )
+    train.add_argument(
+        "--unroll-steps",
+        type=int,
+        default=1,
+        help="draft steps trained per position, later ones reading the head's own output "
+        "as a chain does at inference (1: the one-step EAGLE-1 loss)",
+    )
+    train.add_argument(
+        "--unroll-decay",
+        type=float,
+        default=1.0,
+        help="loss weight of unroll step s: DECAY ** (s - 1)",
+    )
+    train.add_argument("--validate-every", type=int, default=500)
+    train.add_argument("--validation-prompts", type=int, default=16)
+    train.add_argument("--validation-new-tokens", type=int, default=128)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Fill the loss weights not given with the variant's defaults (so the recorded command
+    spells them out) and refuse bad ones before anything loads."""
+    from eagle_hal.train.variants import head_variant
+
+    variant = head_variant(args.variant)
+    if args.regression_weight is None:
+        args.regression_weight = variant.default_regression_weight
+    if args.cross_entropy_weight is None:
+        args.cross_entropy_weight = variant.default_cross_entropy_weight
+    if (
+        min(args.regression_weight, args.cross_entropy_weight) < 0
+        or args.regression_weight == args.cross_entropy_weight == 0
+    ):
+        raise SystemExit(
+            "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
+            ">= 0 and not both 0"
+        )
+    if args.regression_weight > 0 and not variant.regresses_features:
+        raise SystemExit(
+            f"eagle-hal train-draft: --variant {variant.name} trains on the distribution "
+            "alone (its output is not in the target's feature space): leave out "
+            "--regression-weight or give 0"
+        )
+
+
+def train(
+    args: argparse.Namespace,
+    backend: Any,
+    target: Any,
+    dataset: Any,
+    command: str,
+    budget: float | None,
+    started: float,
+    progress: bool,
+) -> None:
+    """Train a ``--variant`` head on ``dataset`` within ``budget`` seconds (if any), saving
+    it with its recipe to ``--out`` at every validation and at the end."""
+    from eagle_hal.train.checkpoint import TrainingRecipe, save_trained_head
+    from eagle_hal.train.recipe import TrainConfig
+    from eagle_hal.train.trainer import train_head
+
+    config = TrainConfig(
+        variant=args.variant,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_fraction=args.warmup_fraction,
+        feature_noise=args.feature_noise,
+        regression_weight=args.regression_weight,
+        cross_entropy_weight=args.cross_entropy_weight,
+        unroll_steps=args.unroll_steps,
+        unroll_decay=args.unroll_decay,
+        seed=args.seed,
+        validate_every=args.validate_every,
+        validation_prompts=args.validation_prompts,
+        validation_new_tokens=args.validation_new_tokens,
+        time_budget_s=budget,
+    )
+
+    def checkpoint(state: Any) -> None:
+        recipe = TrainingRecipe.of(
+            dataset,
+            config,
+            steps=state.step,
+            noise_half_width=state.feature_noise_half_width,
+            losses=(state.first_loss, state.last_loss),
+            validations=state.validations,
+            command=command,
+            wall_seconds=time.perf_counter() - started,
+        )
+        save_trained_head(state.head, target, args.out, recipe)
+
+    unroll = config.unroll_steps
+    unrolled = f", unrolled over {unroll} draft steps" if unroll > 1 else ""
+    _say(
+        f"training an {config.variant} head on {len(dataset.train_indices())} sequences, "
+        f"validating on {len(dataset.validation_indices())}; {config.steps} steps of "
+        f"{config.batch_size}{unrolled}"
+    )
+    result = train_head(
+        backend, target, dataset, config, on_validation=checkpoint, progress=progress
+    )
+    final = result.validations[-1]
+    _say(
+        f"trained {result.steps} steps in {result.seconds:.0f} s: loss {result.first_loss:.4f} -> "
+        f"{result.last_loss:.4f}; validation top-1 {final.top1_accuracy:.3f}, accept length "
+        f"{final.accept_length:.2f}; head -> {args.out} "
+        f"({time.perf_counter() - started:.0f} s in all)"
+    )
