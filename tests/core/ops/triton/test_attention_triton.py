@@ -1,5 +1,6 @@
 """TritonAttentionBackend against TorchAttentionBackend (the pure-torch statement of the
-contract, itself checked against a float64 oracle) in every forward mode.
+contract, itself checked against a float64 oracle) in every forward mode; and the
+backend's warm-up lengths against a brute-force search over the split counts.
 
 Both backends run over identical copies of a KV store whose slots are shuffled, so a
 request's prefix is scattered; prefixes are ragged, include 0 and exceed one key block.
@@ -18,6 +19,8 @@ from eagle_hal.hal.kv_layout import KVLayout
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 
 triton_attention = pytest.importorskip("eagle_hal.ops.triton.attention")
+
+from eagle_hal.ops.triton import attention_split as kernels  # noqa: E402
 
 NUM_SLOTS, MAX_REQUESTS, MAX_CONTEXT = 512, 6, 128
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3}
@@ -217,3 +220,19 @@ def test_metadata_is_planned_once_per_uniform_shape():
     other = ForwardBatch(**causal_args(pair, ForwardMode.DECODE, [2], [9], [1]))
     with pytest.raises(ValueError, match="differs from the captured"):
         pair.triton.plan_for_replay(other, metadata)
+
+
+@pytest.mark.parametrize("width,kv_heads", [(4096, 3), (512, 3), (2048, 8), (64, 1)])
+def test_warm_up_lengths_reach_every_split_count(width, kv_heads):
+    """``warm_up_lengths`` (the bench prefills each before timing) covers every split count
+    a forward of any token count can pick, one length per count (brute force)."""
+    from types import SimpleNamespace
+
+    from eagle_hal.ops.triton.attention import TritonAttentionBackend
+
+    backend = object.__new__(TritonAttentionBackend)
+    backend.config = SimpleNamespace(req_to_token=torch.zeros(1, width), num_kv_heads=kv_heads)
+    lengths = backend.warm_up_lengths()
+    picked = [kernels.choose_num_splits(n, kv_heads, width) for n in lengths]
+    every = {kernels.choose_num_splits(n, kv_heads, width) for n in range(1, 4 * width)}
+    assert sorted(set(picked)) == sorted(every) and len(picked) == len(set(picked))
