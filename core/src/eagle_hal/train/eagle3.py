@@ -28,6 +28,7 @@ import torch
 from eagle_hal.model.eagle import Eagle3DraftModel, default_eagle3_aux_layers
 from eagle_hal.model.llama import LlamaForCausalLM, ModelOutput
 from eagle_hal.train.dataset import PaddedRows
+from eagle_hal.train.initial_weights import draw_initial_weights
 from eagle_hal.train.loss import UnrolledLossParts, add_uniform_noise, unrolled_loss
 
 __all__ = ["copy_eagle3", "eagle3_feature_layers", "init_eagle3", "unrolled_eagle3_loss"]
@@ -59,23 +60,12 @@ def init_eagle3(target: LlamaForCausalLM, seed: int) -> Eagle3DraftModel:
         aux_layers=eagle3_feature_layers(target),
         dtype=torch.float32,
     )
+    # Training starts from the target's readout: a head whose output lies where the
+    # target's last residual stream does already scores tokens as the target would, so the
+    # layer learns to predict a state, not a vocabulary projection from scratch. Copies,
+    # not shared: they are the head's own and train with it (the target stays frozen).
     readout = {"norm.weight": target.model.norm.weight, "lm_head.weight": target.lm_head.weight}
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(head.named_parameters()):
-            if name in readout:
-                # Training starts from the target's readout: a head whose output lies where
-                # the target's last residual stream does already scores tokens as the
-                # target would, so the layer learns to predict a state, not a vocabulary
-                # projection from scratch. Copies, not shared: they are the head's own and
-                # train with it (the target stays frozen).
-                param.copy_(readout[name].detach().float())
-            elif name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()
-            else:
-                param.copy_(0.02 * torch.randn(param.shape, generator=generator))
+    draw_initial_weights(head, seed, readout)
     return head
 
 

@@ -28,6 +28,7 @@ from eagle_hal.train.eagle3 import (
     unrolled_eagle3_loss,
 )
 from eagle_hal.train.features import FeatureStore
+from eagle_hal.train.initial_weights import draw_initial_weights
 from eagle_hal.train.loss import UnrolledLossParts, unrolled_eagle1_loss
 
 __all__ = [
@@ -99,15 +100,7 @@ def init_eagle1(target: LlamaForCausalLM, seed: int) -> Eagle1DraftModel:
     N(0, 0.02), biases 0, norm weights 1."""
     config = dataclasses.replace(target.config, num_layers=1)
     head = Eagle1DraftModel(config, target, fc_bias=True, dtype=torch.float32)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(head.named_parameters()):
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            elif name.endswith("bias"):
-                param.zero_()
-            else:
-                param.copy_(0.02 * torch.randn(param.shape, generator=generator))
+    draw_initial_weights(head, seed)
     return head
 
 
