@@ -7,7 +7,6 @@ reproduce its tokens: ``same_as_plain``); arithmetic identities of the reported 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
@@ -128,104 +127,6 @@ def test_match_with_plain_counts_identical_outputs_and_the_common_prefix() -> No
     assert got == {"identical_outputs": 0.5, "prefix_tokens": 6 / 8}
 
 
-@pytest.mark.parametrize("mode", ["plain", "chain", "tree", "adaptive"])
-def test_warm_up_captures_every_graph_the_timed_run_replays(mode):
-    """The timed run shrinks from 4 requests to 1 as they finish; the warm-up (one short
-    generation per bucket up to the batch size, adaptive: also one per depth the controller
-    may probe) has captured every graph it needs, so no capture happens while it is timed.
-    Warming up at the batch size only would not."""
-    from eagle_hal.api import LLM
-    from eagle_hal.engine.request import SamplingParams
-    from eagle_hal.testing.graphs import replaying_cpu_backend
-
-    backend = replaying_cpu_backend()
-    target = near_bigram_target(seed=5)
-    draft = None if mode == "plain" else matching_eagle1(target, noise=0.02)
-    config = bench.BenchConfig(batch_sizes=(4,), max_new_tokens=6, steps=2, topk=2,
-                               draft_tokens=4)
-    llm = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
-                          max_batch_size=4, max_context=256, seed=0)
-    assert llm.runner.enable_graphs()
-    smaller = sorted((b for b in llm.runner.graphs.buckets if b < 4), reverse=True)
-    assert bench_warmup.warm_up_sizes(llm, 4) == [4, *smaller] and 1 in smaller
-    graphs_at_call = []  # graphs held when the timed run starts
-    stream = llm.stream
-
-    def counting_stream(prompts, params):
-        graphs_at_call.append(llm.runner.graphs.num_graphs)
-        yield from stream(prompts, params)
-
-    llm.stream = counting_stream
-    # 4, then 1; the last prompt's length is new to the timed run (its prefill runs eagerly)
-    prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21], [5, 6], [30, 31, 32, 33, 34]]
-    row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=6), 4, split=False)
-    assert llm.runner.graphs.num_graphs == graphs_at_call[-1] > 0  # none during the timed run
-    assert row["captures_while_timed"] == 0
-    # the oracle that this can fail: a fresh engine warmed at 4 only captures while timed
-    fresh = LLM.from_models(backend, target, draft, spec=config.spec_for(mode),
-                            max_batch_size=4, max_context=256, seed=0)
-    fresh.runner.enable_graphs()
-    fresh.generate(prompts[:4], SamplingParams(max_new_tokens=6))
-    before = fresh.runner.graphs.num_graphs
-    fresh.generate(prompts, SamplingParams(max_new_tokens=6))
-    assert fresh.runner.graphs.num_graphs > before
-
-
-@pytest.mark.parametrize("batch_size,num_prompts,new_tokens,matching",
-                         [(4, 8, 16, False), (8, 10, 12, True)])
-def test_adaptive_controller_is_settled_before_the_timed_run(batch_size, num_prompts,
-                                                              new_tokens, matching):
-    """The warm-up (EOS ignored, repeated until the controller settles, at every controller
-    bucket below the batch size) leaves no warm-up iteration of the controller, deep depths
-    first, to the timed run: with requests that stop at EOS after a few tokens, and with a
-    well-matched head whose requests accept different lengths and so finish apart, which
-    opens smaller buckets, with warm-ups of their own, before the batch's bucket settles.
-    No device graphs here: the graph buckets do not stand in for the controller's. One
-    short warm-up generation leaves some (the oracle that this can fail)."""
-    from eagle_hal.api import LLM
-    from eagle_hal.engine.request import SamplingParams
-    from eagle_hal.testing.models import tiny_eagle1, tiny_target
-
-    if matching:  # requests accept different lengths, so they finish apart
-        target = near_bigram_target(seed=5)
-        head = matching_eagle1(target, noise=0.02)
-    else:
-        target = tiny_target(seed=3, eos=tuple(range(60, 97)))  # EOS: about 2 tokens in 5
-        head = tiny_eagle1(target)
-    config = bench.BenchConfig(modes=("adaptive",), batch_sizes=(batch_size,),
-                               max_new_tokens=new_tokens, steps=3, topk=2, draft_tokens=4)
-    prompts = [[1 + i, 2 + i, 3 + i] for i in range(num_prompts)]
-    params = SamplingParams(max_new_tokens=new_tokens)
-
-    def timed_warm_up_iterations(warm_up) -> tuple[int, int]:
-        llm = LLM.from_models(select_backend("cpu"), target, head,
-                              spec=config.spec_for("adaptive"), max_batch_size=batch_size,
-                              max_context=256, seed=0)
-        assert llm.runner.graphs is None
-        controller, phases = llm.worker.controller, []
-        observe = controller.observe
-
-        def recording_observe(size, steps, *args):
-            phases.append(not controller.is_settled(size))
-            return observe(size, steps, *args)
-
-        controller.observe = recording_observe
-        warm_up(llm)
-        phases.clear()
-        llm.generate(prompts, params)
-        return sum(phases), len(phases)
-
-    def bench_warm_up(llm):
-        bench._measure(llm, prompts, params, batch_size, split=False)
-
-    warming, iterations = timed_warm_up_iterations(bench_warm_up)
-    assert iterations > 0 and warming == 0
-    # the oracle that this can fail: one short warm-up generation that honours EOS
-    warming, _ = timed_warm_up_iterations(
-        lambda llm: llm.generate(prompts[:batch_size], params))
-    assert warming > 0
-
-
 @pytest.mark.parametrize("mode", ["plain", "chain", "adaptive"])
 def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     """Three timed runs: tokens/s is the median of the runs' (oracle: each timed call timed
@@ -287,11 +188,6 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     elif mode == "chain":
         assert set(got) == {2}
     assert got == dict(Counter(depths))
-
-
-def test_bench_config_rejects_no_timed_run():
-    with pytest.raises(ValueError, match="repeats"):
-        bench.BenchConfig(repeats=0)
 
 
 def test_timed_catch_ups_are_reported():
@@ -378,72 +274,6 @@ def test_kernel_compiles_are_counted_and_named_then_the_hook_restored():
         assert knobs.jit_post_compile_hook is mine  # and is back in place
     finally:
         knobs.jit_post_compile_hook = before
-
-
-def test_mode_spec_reads_each_modes_own_settings():
-    """``kind:S…K…N…`` in any order and case; bad settings name the mode and the rule."""
-    assert bench.mode_spec("plain") == ("plain", {})
-    assert bench.mode_spec("tree:S8K4N48") == ("tree", {"S": 8, "K": 4, "N": 48})
-    assert bench.mode_spec("chain:s5") == ("chain", {"S": 5})
-    assert bench.mode_spec("adaptive:N12K3") == ("adaptive", {"N": 12, "K": 3})
-    for bad, message in [("tree:", "settings must read"), ("tree:S8x", "settings must read"),
-                         ("tree:Q3", "not one of S, K, N"), ("tree:S3S4", "not one of S, K, N"),
-                         ("tree:8", "settings must read")]:
-        with pytest.raises(ValueError, match=message):
-            bench.mode_spec(bad)
-    config = bench.BenchConfig(steps=5, topk=4, draft_tokens=16)
-    tree = config.spec_for("tree:S8N48")
-    assert (tree.num_steps, tree.topk, tree.draft_tokens, tree.adaptive) == (8, 4, 48, False)
-    chain = config.spec_for("chain:S3")
-    assert (chain.num_steps, chain.topk, chain.draft_tokens) == (3, 1, 4)
-    assert config.spec_for("adaptive:K2N8").adaptive
-    for bad, message in [(("plain:S2",), "takes no spec"), (("chain:S3K2",), "a chain has K = 1"),
-                         (("tree:S2K2N40",), "num_draft_tokens=40"),
-                         (("tree:S2", "tree:S2"), "more than once"), (("fast:S2",), "unknown modes")]:
-        with pytest.raises(ValueError, match=message):
-            bench.BenchConfig(modes=bad)
-
-
-def test_modes_without_settings_take_the_backends_default_spec_of_their_kind():
-    """A mode's own settings, over the run's, over the backend's default spec of its kind
-    (the CPU's: chains of S = 3, trees S3 K2 N4, adaptive chains S = 0-3); without
-    ``base_specs`` the library's (S = 5 chains, S5 K4 N16 trees). N follows the shape."""
-    from eagle_hal.backend import SPEC_KINDS
-
-    cpu = select_backend("cpu")
-    config = bench.BenchConfig(
-        modes=("plain", "chain", "tree", "adaptive", "tree:S5"),
-        base_specs={kind: cpu.default_spec(kind) for kind in SPEC_KINDS},
-    )
-    shape = lambda s: (s.num_steps, s.topk, s.draft_tokens, s.adaptive)  # noqa: E731
-    assert shape(config.spec_for("chain")) == (3, 1, 4, False)
-    assert shape(config.spec_for("tree")) == (3, 2, 4, False)
-    assert config.spec_for("adaptive") == cpu.default_spec("adaptive")
-    assert shape(config.spec_for("tree:S5")) == (5, 2, 11, False)  # min(2 * 5 + 1, 16)
-    wide = dataclasses.replace(config, topk=4)  # --spec-topk 4
-    assert shape(wide.spec_for("tree")) == (3, 4, 13, False)
-    assert shape(wide.spec_for("chain")) == (3, 1, 4, False)  # K is for trees
-    library = bench.BenchConfig()
-    assert shape(library.spec_for("chain")) == (5, 1, 6, False)
-    assert shape(library.spec_for("tree")) == (5, 4, 16, False)
-    assert shape(library.spec_for("adaptive")) == (5, 4, 16, True)
-    assert shape(bench.BenchConfig(steps=8).spec_for("tree")) == (8, 4, 16, False)
-
-
-def test_a_mode_may_name_its_draft_vocabulary():
-    """V sets a mode's draft vocabulary; modes without one take the run's; plain takes none."""
-    assert bench.mode_spec("chain:S5V8192") == ("chain", {"S": 5, "V": 8192})
-    config = bench.BenchConfig(modes=("plain", "chain:S5V8192", "chain:S5"), draft_vocab="full")
-    assert config.draft_vocab_for("chain:S5V8192") == 8192
-    assert config.draft_vocab_for("chain:S5") == "full"
-    assert config.spec_for("chain:S5V8192") == config.spec_for("chain:S5")
-    assert bench.BenchConfig(modes=("tree",)).draft_vocab_for("tree") == "auto"
-    for bad, message in [(("plain:V8",), "takes no V"), (("chain:V0",), "positive number"),
-                         (("tree:K4V3",), "cannot give top-4")]:
-        with pytest.raises(ValueError, match=message):
-            bench.BenchConfig(modes=bad)
-    with pytest.raises(ValueError, match="positive number"):
-        bench.BenchConfig(modes=("chain",), draft_vocab="some")
 
 
 def test_modes_with_their_own_draft_vocabularies_run_side_by_side(tmp_path):
