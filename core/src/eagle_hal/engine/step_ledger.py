@@ -33,6 +33,7 @@ class _Account:
     seconds: float = 0.0
     tokens: int = 0
     steps: int = 0
+    requests: int = 0  # the steps' batch sizes summed (mean batch = requests / steps)
 
 
 class StepLedger:
@@ -57,12 +58,15 @@ class StepLedger:
         account.seconds += now - since
         account.tokens += tokens
         account.steps += 1
+        account.requests += batch_size
         self.last = now
 
     def summary(self) -> dict[str, Any]:
-        """``{kind: {bucket: {"seconds", "tokens", "steps", "tokens_per_s", "by_depth":
-        {depth: {...}}}}}``, buckets and depths as strings (JSON keys); prefill has no
-        ``by_depth``."""
+        """``{kind: {bucket: {"seconds", "tokens", "steps", "tokens_per_s", "mean_batch",
+        "by_depth": {depth: {...}}}}}``, buckets and depths as strings (JSON keys); prefill
+        has no ``by_depth``. ``mean_batch``: the steps' mean batch size, which a bucket's
+        depths may not share (a bucket spans sizes up to 2x apart, and where a step's time
+        grows with its batch, as on the CPU, tokens/s compares depths only at like sizes)."""
         out: dict[str, Any] = {}
         for (kind, bucket, depth), account in sorted(
                 self.accounts.items(), key=lambda item: (item[0][0], item[0][1], item[0][2] or 0)):
@@ -71,6 +75,8 @@ class StepLedger:
             row["tokens"] += account.tokens
             row["steps"] += account.steps
             row["tokens_per_s"] = row["tokens"] / row["seconds"] if row["seconds"] > 0 else None
+            row["mean_batch"] = (row["mean_batch"] * (row["steps"] - account.steps)
+                                 + account.requests) / row["steps"]
             if depth is not None:
                 row.setdefault("by_depth", {})[str(depth)] = _totals(account)
         return out
@@ -78,4 +84,5 @@ class StepLedger:
 
 def _totals(account: _Account) -> dict[str, Any]:
     return {"seconds": account.seconds, "tokens": account.tokens, "steps": account.steps,
-            "tokens_per_s": account.tokens / account.seconds if account.seconds > 0 else None}
+            "tokens_per_s": account.tokens / account.seconds if account.seconds > 0 else None,
+            "mean_batch": account.requests / account.steps if account.steps else 0.0}
