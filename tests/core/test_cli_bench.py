@@ -153,10 +153,20 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     worker, depths, generations = llm.worker, [], []
     decode, generate, stream = worker.decode, llm.generate, llm.stream
 
+    settled_changes = []  # (bucket, before, after) of the controller across timed calls
+
     def counting_decode(requests):
-        if generations[-1]:  # a timed run (the warm-up passes other prompt lists)
-            depths.append(worker.steps_for(len(requests)))
-        return decode(requests)
+        if not generations[-1]:  # the warm-up passes other prompt lists
+            return decode(requests)
+        depths.append(worker.steps_for(len(requests)))
+        controller = worker.controller
+        before = controller and {b: s for b, (s, _) in controller.snapshot().items()}
+        emitted = decode(requests)
+        if controller:
+            after = {b: s for b, (s, _) in controller.snapshot().items()}
+            settled_changes.extend((b, before.get(b), s) for b, s in after.items()
+                                   if before.get(b) != s)
+        return emitted
 
     timed = []  # (tokens, seconds) of each timed run, measured around the bench's call
 
@@ -188,6 +198,12 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     elif mode == "chain":
         assert set(got) == {2}
     assert got == dict(Counter(depths))
+    if mode == "adaptive":  # every change of depth while timed, logged with its reason
+        switches = row["controller_switches"]
+        assert [(e["bucket"], e["from"], e["to"]) for e in switches] == settled_changes
+        assert all(e["reason"] in ("warm-up", "probe", "slower than S = 0") for e in switches)
+    else:
+        assert "controller_switches" not in row
 
 
 def test_timed_catch_ups_are_reported():

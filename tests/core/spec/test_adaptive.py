@@ -15,11 +15,8 @@ import random
 import pytest
 from adaptive_cost_models import CANDIDATES, _CostModel, _drive, _simulated_chain_accept
 
-from eagle_hal.spec.adaptive import (
-    AdaptiveController,
-    expected_accept_length,
-    infer_acceptance_rate,
-)
+from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
+from eagle_hal.spec.adaptive import AdaptiveController
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.7, 0.95])
@@ -113,3 +110,25 @@ def test_a_single_candidate_runs_alone_and_never_probes() -> None:
     controller = AdaptiveController((5,), probe_interval=4)
     model = _CostModel(1, 0.7, 1e-3, 0.1e-3, 0.1e-3)
     assert set(_drive(controller, model, 1, 100)) == {5}
+
+
+def test_the_switch_log_records_each_change_of_depth_with_its_reason() -> None:
+    """Every change of a bucket's settled depth is logged, and only those: the warm-up's
+    choice (the cost model's best, brute force), then, after the draft stops matching, the
+    move to S = 0 (by a probe of S = 0 or the settled depth measuring below it). The log
+    is replayed against the depths ``settled`` reported after each iteration."""
+    model = _CostModel(4, 0.85, 1e-3, 0.05e-3, 0.05e-3, noise=0.0)
+    warm_best = model.best(CANDIDATES)
+    controller = AdaptiveController(CANDIDATES)
+    settled = _drive(controller, model, 4, 300)
+    model.alpha = 0.0
+    assert model.best(CANDIDATES) == 0
+    settled += _drive(controller, model, 4, 300)
+    changes = [(i + 1, a, b) for i, (a, b) in enumerate(zip([None] + settled, settled)) if a != b]
+    log = controller.switches()
+    assert [(e["iteration"], e["from"], e["to"]) for e in log] == changes
+    assert log[0]["reason"] == "warm-up" and log[0]["to"] == warm_best > 0
+    assert log[-1]["to"] == 0 and log[-1]["reason"] in ("probe", "slower than S = 0")
+    assert all(e["bucket"] == 4 and e["batch_size"] == 4 for e in log)
+    assert set(log[-1]["tokens_per_request_s"]) == set(CANDIDATES)
+    assert controller.switches(len(log) - 1) == log[-1:]

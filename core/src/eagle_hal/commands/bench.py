@@ -104,6 +104,8 @@ class _Measurement:
             self.depths.clear()
         catch_ups = getattr(worker, "catch_ups", None)
         self.catch_ups_before = dataclasses.replace(catch_ups) if catch_ups is not None else None
+        switches = getattr(getattr(worker, "controller", None), "switches", None)
+        self.switches_before = len(switches()) if switches is not None else 0
         self.durations: list[float] = []
         self.runs: list[float] = []  # tokens/s of each timed run
         self.outputs: list[Any] = []
@@ -182,6 +184,13 @@ class _Measurement:
                             "tokens_per_request_s": {str(s): r for s, r in rates.items()}}
                 for size, (settled, rates) in snapshot().items()
             }
+            # the changes of depth during the timed runs: when, why, on what estimates
+            row["controller_switches"] = [
+                {**event, "tokens_per_request_s": {
+                    str(s): r for s, r in event["tokens_per_request_s"].items()}}
+                for event in getattr(worker.controller, "switches", lambda since: [])(
+                    self.switches_before)
+            ]
         llm.engine.ledger = None  # the split pass is not a timed run
         if split:
             worker.timed, worker.times = True, IterationTimes()

@@ -54,31 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["AdaptiveController", "expected_accept_length", "infer_acceptance_rate"]
-
-
-def expected_accept_length(alpha: float, steps: int) -> float:
-    """Tokens per verify for a chain of ``steps`` drafts with per-token acceptance ``alpha``."""
-    if steps <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return float(steps + 1)
-    return (1.0 - alpha ** (steps + 1)) / (1.0 - alpha)
-
-
-def infer_acceptance_rate(accept_length: float, steps: int) -> float | None:
-    """Invert ``expected_accept_length`` by bisection; ``None`` when S = 0 tells nothing."""
-    if steps <= 0:
-        return None
-    target = min(max(accept_length, 1.0), steps + 1.0)
-    lo, hi = 0.0, 1.0
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        if expected_accept_length(mid, steps) < target:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+__all__ = ["AdaptiveController"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -111,6 +87,8 @@ class _Bucket:
     probe_cost: float = 0.0  # seconds the running probe spent beyond the settled depth
     first_probe: int | None = None  # a seeded bucket's early probe, ahead of the round robin
     accept_memory: float = 1.0  # samples the long accept length spans at this batch size
+    iterations: int = 0  # iterations observed in this bucket
+    size: int = 0  # the bucket's batch size (its key)
 
 
 class AdaptiveController:
@@ -133,6 +111,7 @@ class AdaptiveController:
         accept_memory: int = 1024,
         regime_ratio: float = 0.3,
         regime_samples: int = 8,
+        max_switch_log: int = 10_000,
     ) -> None:
         if not candidates or any(s < 0 for s in candidates):
             raise ValueError("the adaptive controller needs candidate depths S >= 0")
@@ -155,7 +134,10 @@ class AdaptiveController:
         self.max_rejected = max_rejected
         self.accept_memory = accept_memory
         self.regime_ratio, self.regime_samples = regime_ratio, regime_samples
+        self.max_switch_log = max_switch_log
         self._buckets: dict[int, _Bucket] = {}
+        # every change of a bucket's settled depth, oldest first (``switches``)
+        self.switch_log: list[dict] = []
 
     def bucket_of(self, batch_size: int) -> int:
         for size in self.bucket_sizes:
@@ -168,6 +150,7 @@ class AdaptiveController:
         if key not in self._buckets:
             bucket = self._new_bucket(key)
             bucket.accept_memory = max(self.accept_memory / key, 1.0 / (1.0 - self.ema))
+            bucket.size = key
             self._buckets[key] = bucket
         return self._buckets[key]
 
@@ -224,10 +207,19 @@ class AdaptiveController:
         stats = bucket.stats.get(steps)
         if stats is None:  # a depth the controller did not offer (forced from outside)
             return
+        bucket.iterations += 1
+        settled_before = bucket.settled
+        self._observe(bucket, steps, accept_length, seconds, catch_up_seconds)
+        if bucket.settled != settled_before:
+            self._log_switch(batch_size, bucket, settled_before, steps)
+
+    def _observe(self, bucket: _Bucket, steps: int, accept_length: float, seconds: float,
+                 catch_up_seconds: float) -> None:
+        stats = bucket.stats[steps]
         stats.seen += 1
         steady = max(seconds - catch_up_seconds, 0.0)
         timed = bucket.settled is not None or stats.seen > 1  # warm-up's first settles in
-        rejected = timed and self._is_outlier(batch_size, steps, steady)
+        rejected = timed and self._is_outlier(bucket, steps, steady)
         if rejected:
             stats.rejected += 1
             timed = False
@@ -274,7 +266,31 @@ class AdaptiveController:
             bucket.stats[probe].samples = min(bucket.stats[probe].samples, 6)
             bucket.plan = [probe] * self.probe_iterations
 
-    def _is_outlier(self, batch_size: int, steps: int, seconds: float) -> bool:
+    def _log_switch(self, batch_size: int, bucket: _Bucket, before: int | None,
+                    observed: int) -> None:
+        """Note a change of ``bucket``'s settled depth (``switches``), with what decided
+        it: the end of the warm-up, a probe of ``observed``, or the settled depth measuring
+        slower than S = 0 did."""
+        if len(self.switch_log) >= self.max_switch_log:
+            return
+        reason = ("warm-up" if before is None else
+                  "probe" if observed == bucket.settled else "slower than S = 0")
+        self.switch_log.append({
+            "bucket": bucket.size, "batch_size": batch_size,
+            "iteration": bucket.iterations, "from": before, "to": bucket.settled,
+            "reason": reason,
+            "tokens_per_request_s": {s: st.throughput for s, st in bucket.stats.items()},
+        })
+
+    def switches(self, since: int = 0) -> list[dict]:
+        """The changes of settled depth from the ``since``-th on (at most
+        ``max_switch_log`` are kept): per change its bucket, the batch size and the
+        bucket's iteration count when it came, the depths before and after (``None``
+        before: the warm-up), the reason (``warm-up``, ``probe``, ``slower than S = 0``)
+        and every depth's throughput estimate then."""
+        return self.switch_log[since:]
+
+    def _is_outlier(self, bucket: _Bucket, steps: int, seconds: float) -> bool:
         """Whether an iteration of ``seconds`` at depth ``steps`` is a one-off to leave
         out: over ``outlier`` times the depth's estimate, at most ``max_rejected`` times
         in a row (after that conditions have changed). Before the depth's first sample in
@@ -286,8 +302,7 @@ class AdaptiveController:
         set its estimate for hundreds of iterations: on the H200 one 39 ms sample made
         S = 0 look 20x slower than plain decoding at batch 16, and kept it from being
         probed again within the run."""
-        key = self.bucket_of(batch_size)
-        bucket = self._buckets[key]
+        key = bucket.size
         stats = bucket.stats[steps]
         if stats.rejected >= self.max_rejected:
             return False
