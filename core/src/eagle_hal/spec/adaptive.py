@@ -45,50 +45,20 @@ not the chain formula's, and the cost of drafting depends on the batch.
 * Outliers: an iteration over ``outlier`` times its depth's estimate (a compile, a
   capture) is left out, up to ``max_rejected`` in a row.
 * Between probes, a settled S > 0 that measures slower than S = 0 did drops to 0 at once:
-  a bucket never stays at a depth measured slower than plain decoding.
+  a bucket never stays at a depth measured slower than plain decoding. The other way,
+  a depth S > 0 rated above the settled one by the margin on older samples (both its
+  accept lengths agreeing) is re-measured within ``warmup_iterations + 1`` iterations,
+  not at the next round-robin probe (a recheck, ``_rival``): on the H200 a tail bucket
+  sat at S = 0 rated 888 next to S = 3 at 1,285 until its run ended.
   The iteration that follows a stretch at S = 0 carries the draft's catch-up, so a probe
   is charged what it really costs.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from eagle_hal.spec.adaptive_stats import Bucket, DepthStats
 
 __all__ = ["AdaptiveController"]
-
-
-@dataclasses.dataclass(slots=True)
-class _DepthStats:
-    """Moving averages of one depth in one bucket."""
-
-    accept: float = 0.0  # recent accept length (the same memory as ``seconds``)
-    seconds: float = 0.0
-    samples: int = 0  # timed samples folded in (cut back to a few when a probe starts)
-    accept_long: float = 0.0  # accept length over up to ``accept_memory`` samples
-    long_samples: int = 0
-    seen: int = 0  # iterations observed, the untimed settling one included
-    rejected: int = 0  # outliers left out in a row (see AdaptiveController.outlier)
-
-    @property
-    def throughput(self) -> float | None:
-        if self.samples == 0 or self.seconds <= 0:
-            return None
-        return self.accept_long / self.seconds
-
-
-@dataclasses.dataclass(slots=True)
-class _Bucket:
-    stats: dict[int, _DepthStats]
-    plan: list[int]  # depths to run next (warm-up or probe), front first
-    settled: int | None = None  # None while warming up
-    probe_interval: int = 0
-    since_probe: int = 0
-    probes: int = 0
-    probe_cost: float = 0.0  # seconds the running probe spent beyond the settled depth
-    first_probe: int | None = None  # a seeded bucket's early probe, ahead of the round robin
-    accept_memory: float = 1.0  # samples the long accept length spans at this batch size
-    iterations: int = 0  # iterations observed in this bucket
-    size: int = 0  # the bucket's batch size (its key)
 
 
 class AdaptiveController:
@@ -135,7 +105,7 @@ class AdaptiveController:
         self.accept_memory = accept_memory
         self.regime_ratio, self.regime_samples = regime_ratio, regime_samples
         self.max_switch_log = max_switch_log
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[int, Bucket] = {}
         # every change of a bucket's settled depth, oldest first (``switches``)
         self.switch_log: list[dict] = []
 
@@ -145,7 +115,7 @@ class AdaptiveController:
                 return size
         return self.bucket_sizes[-1]
 
-    def _bucket(self, batch_size: int) -> _Bucket:
+    def _bucket(self, batch_size: int) -> Bucket:
         key = self.bucket_of(batch_size)
         if key not in self._buckets:
             bucket = self._new_bucket(key)
@@ -154,10 +124,10 @@ class AdaptiveController:
             self._buckets[key] = bucket
         return self._buckets[key]
 
-    def _new_bucket(self, key: int) -> _Bucket:
-        stats = {s: _DepthStats() for s in self.candidates}
+    def _new_bucket(self, key: int) -> Bucket:
+        stats = {s: DepthStats() for s in self.candidates}
         if len(self.candidates) == 1:
-            return _Bucket(stats, [], self.candidates[0], self.probe_interval)
+            return Bucket(stats, [], self.candidates[0], self.probe_interval)
         neighbours = sorted((abs(size.bit_length() - key.bit_length()), size)
                             for size, b in self._buckets.items() if b.settled is not None)
         if neighbours:
@@ -165,7 +135,7 @@ class AdaptiveController:
             # its nearest settled neighbour's depth and learns by probing, rather than
             # paying a full warm-up (and graph captures) at depths the neighbour found slow
             neighbour = self._buckets[neighbours[0][1]]
-            bucket = _Bucket(stats, [], neighbour.settled, self.probe_interval)
+            bucket = Bucket(stats, [], neighbour.settled, self.probe_interval)
             bucket.first_probe = self._first_probe_of_seeded(neighbour)
             if bucket.first_probe is not None:
                 bucket.probe_interval = min(self.warmup_iterations + 1, self.probe_interval)
@@ -173,7 +143,7 @@ class AdaptiveController:
         # the first bucket: every depth, deepest first (the draft is caught up after
         # prefill, so no warm-up iteration pays a catch-up that the steady state would not)
         plan = [s for s in reversed(self.candidates) for _ in range(self.warmup_iterations + 1)]
-        return _Bucket(stats, plan, None, self.probe_interval)
+        return Bucket(stats, plan, None, self.probe_interval)
 
     def choose(self, batch_size: int) -> int:
         """The depth to run the next iteration of a batch of ``batch_size`` requests with
@@ -213,7 +183,7 @@ class AdaptiveController:
         if bucket.settled != settled_before:
             self._log_switch(batch_size, bucket, settled_before, steps)
 
-    def _observe(self, bucket: _Bucket, steps: int, accept_length: float, seconds: float,
+    def _observe(self, bucket: Bucket, steps: int, accept_length: float, seconds: float,
                  catch_up_seconds: float) -> None:
         stats = bucket.stats[steps]
         stats.seen += 1
@@ -259,6 +229,16 @@ class AdaptiveController:
             bucket.probe_interval = self.probe_interval
             return
         bucket.since_probe += 1
+        bucket.since_recheck += 1
+        rival = self._rival(bucket)
+        if rival is not None and bucket.since_recheck > self.warmup_iterations:
+            # rated above the settled depth by the margin, on samples from before: measure
+            # it afresh now rather than at the next round-robin probe, hundreds of
+            # iterations on, which a bucket in a shrinking batch's tail never reaches
+            bucket.since_recheck, bucket.recheck = 0, True
+            bucket.stats[rival].samples = 0  # its probe's samples alone rate it
+            bucket.plan = [rival] * self.probe_iterations
+            return
         if bucket.since_probe >= bucket.probe_interval and len(self.candidates) > 1:
             bucket.since_probe = 0
             probe = self._next_probe(bucket)
@@ -266,7 +246,7 @@ class AdaptiveController:
             bucket.stats[probe].samples = min(bucket.stats[probe].samples, 6)
             bucket.plan = [probe] * self.probe_iterations
 
-    def _log_switch(self, batch_size: int, bucket: _Bucket, before: int | None,
+    def _log_switch(self, batch_size: int, bucket: Bucket, before: int | None,
                     observed: int) -> None:
         """Note a change of ``bucket``'s settled depth (``switches``), with what decided
         it: the end of the warm-up, a probe of ``observed``, or the settled depth measuring
@@ -290,7 +270,7 @@ class AdaptiveController:
         and every depth's throughput estimate then."""
         return self.switch_log[since:]
 
-    def _is_outlier(self, bucket: _Bucket, steps: int, seconds: float) -> bool:
+    def _is_outlier(self, bucket: Bucket, steps: int, seconds: float) -> bool:
         """Whether an iteration of ``seconds`` at depth ``steps`` is a one-off to leave
         out: over ``outlier`` times the depth's estimate, at most ``max_rejected`` times
         in a row (after that conditions have changed). Before the depth's first sample in
@@ -319,13 +299,13 @@ class AdaptiveController:
             reference = max(others, default=0.0)
         return reference > 0 and seconds > self.outlier * reference
 
-    def _best(self, bucket: _Bucket) -> int:
+    def _best(self, bucket: Bucket) -> int:
         rated = {s: st.throughput for s, st in bucket.stats.items() if st.throughput is not None}
         if not rated:
             return self.candidates[0]
         return max(rated, key=lambda s: (rated[s], -s))  # ties: the shallower depth
 
-    def _first_probe_of_seeded(self, neighbour: _Bucket) -> int | None:
+    def _first_probe_of_seeded(self, neighbour: Bucket) -> int | None:
         """The depth a bucket seeded from ``neighbour`` probes first: S = 0 when seeded at
         S > 0, else the neighbour's best measured S > 0 (``None`` where there is no such
         depth, and the round robin starts at once)."""
@@ -337,31 +317,48 @@ class AdaptiveController:
             return None
         return max(rated, key=lambda s: (rated[s], -s))  # ties: the shallower depth
 
-    def _slower_than_plain(self, bucket: _Bucket) -> bool:
+    def _slower_than_plain(self, bucket: Bucket) -> bool:
         """Whether the settled depth now measures slower than S = 0 did (no margin)."""
         if bucket.settled == 0 or 0 not in bucket.stats:
             return False
         current, plain = bucket.stats[bucket.settled].throughput, bucket.stats[0].throughput
         return current is not None and plain is not None and current < plain
 
-    def _after_probe(self, bucket: _Bucket, probed: int) -> None:
+    def _rival(self, bucket: Bucket) -> int | None:
+        """The depth S > 0 rated highest (``cautious_throughput``) above the settled depth
+        by the ``hysteresis`` margin, if any (S = 0 above a settled S > 0 is
+        ``_slower_than_plain``'s). Its rating rests on samples from before, when the batch
+        or the prompts differed."""
+        assert bucket.settled is not None
+        current = bucket.stats[bucket.settled].throughput
+        if current is None:
+            return None
+        rated = {s: st.cautious_throughput for s, st in bucket.stats.items()
+                 if s > 0 and s != bucket.settled and st.cautious_throughput is not None}
+        best = max(rated, key=lambda s: (rated[s], -s), default=None)
+        if best is None or rated[best] <= current * (1 + self.hysteresis):
+            return None
+        return best
+
+    def _after_probe(self, bucket: Bucket, probed: int) -> None:
         """Move to the probed depth if it beats the settled one by the margin (none when it
         is S = 0); a probe that changes nothing doubles the interval to the next one (at
         least ``probe_interval``: a seeded bucket's early first probe sets no pace)."""
         assert bucket.settled is not None
         current = bucket.stats[bucket.settled].throughput
-        rate = bucket.stats[probed].throughput
+        stats = bucket.stats[probed]
+        rate = stats.cautious_throughput if bucket.recheck else stats.throughput
         margin = 0.0 if probed == 0 else self.hysteresis
         if rate is not None and (current is None or rate > current * (1 + margin)):
             bucket.settled = probed
             bucket.probe_interval = self.probe_interval
-        else:
+        elif not bucket.recheck:  # (a recheck is no round-robin probe: it sets no pace)
             interval = max(2 * bucket.probe_interval, self.probe_interval)
             interval = min(interval, self.max_probe_interval)
             bucket.probe_interval = self._within_budget(bucket, interval, bucket.probe_cost)
-        bucket.probe_cost = 0.0
+        bucket.probe_cost, bucket.recheck = 0.0, False
 
-    def _first_probe_interval(self, bucket: _Bucket) -> int:
+    def _first_probe_interval(self, bucket: Bucket) -> int:
         """The interval to the first probe after the warm-up, which measured every depth:
         long enough that the probe's expected extra time keeps within ``probe_budget``."""
         assert bucket.settled is not None
@@ -370,7 +367,7 @@ class AdaptiveController:
         extra = bucket.stats[probe].seconds - bucket.stats[bucket.settled].seconds
         return self._within_budget(bucket, self.probe_interval, self.probe_iterations * extra)
 
-    def _within_budget(self, bucket: _Bucket, interval: int, probe_cost: float) -> int:
+    def _within_budget(self, bucket: Bucket, interval: int, probe_cost: float) -> int:
         """``interval`` stretched so that a probe costing ``probe_cost`` seconds beyond
         the settled depth keeps within ``probe_budget`` of the time between probes."""
         assert bucket.settled is not None
@@ -380,7 +377,7 @@ class AdaptiveController:
         affordable = probe_cost / (self.probe_budget * settled_seconds)
         return max(interval, min(int(affordable) + 1, 16 * self.max_probe_interval))
 
-    def _next_probe(self, bucket: _Bucket) -> int:
+    def _next_probe(self, bucket: Bucket) -> int:
         """The next other depth to probe: a seeded bucket's first probe, then round robin
         over the candidates."""
         others = [s for s in self.candidates if s != bucket.settled]
