@@ -201,7 +201,8 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     if mode == "adaptive":  # every change of depth while timed, logged with its reason
         switches = row["controller_switches"]
         assert [(e["bucket"], e["from"], e["to"]) for e in switches] == settled_changes
-        assert all(e["reason"] in ("warm-up", "probe", "slower than S = 0") for e in switches)
+        assert all(e["reason"] in ("warm-up", "probe", "recheck", "slower than S = 0")
+                   for e in switches)
     else:
         assert "controller_switches" not in row
 

@@ -332,5 +332,7 @@ def test_a_depth_rated_above_the_settled_one_is_rechecked_soon() -> None:
     assert _drive(controller, model, 16, 300)[-1] == 0
     model.verify = 4e-3
     assert model.best(CANDIDATES) == 3
+    logged = len(controller.switches())
     settled = _drive(controller, model, 16, 60)
     assert settled[-20:] == [3] * 20
+    assert {e["reason"] for e in controller.switches(logged)} == {"recheck"}

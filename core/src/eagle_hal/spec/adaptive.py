@@ -178,10 +178,10 @@ class AdaptiveController:
         if stats is None:  # a depth the controller did not offer (forced from outside)
             return
         bucket.iterations += 1
-        settled_before = bucket.settled
+        settled_before, recheck = bucket.settled, bucket.recheck
         self._observe(bucket, steps, accept_length, seconds, catch_up_seconds)
         if bucket.settled != settled_before:
-            self._log_switch(batch_size, bucket, settled_before, steps)
+            self._log_switch(batch_size, bucket, settled_before, steps, recheck)
 
     def _observe(self, bucket: Bucket, steps: int, accept_length: float, seconds: float,
                  catch_up_seconds: float) -> None:
@@ -247,14 +247,15 @@ class AdaptiveController:
             bucket.plan = [probe] * self.probe_iterations
 
     def _log_switch(self, batch_size: int, bucket: Bucket, before: int | None,
-                    observed: int) -> None:
+                    observed: int, recheck: bool) -> None:
         """Note a change of ``bucket``'s settled depth (``switches``), with what decided
-        it: the end of the warm-up, a probe of ``observed``, or the settled depth measuring
-        slower than S = 0 did."""
+        it: the end of the warm-up, a probe of ``observed`` (a recheck: ``_rival``'s), or
+        the settled depth measuring slower than S = 0 did."""
         if len(self.switch_log) >= self.max_switch_log:
             return
         reason = ("warm-up" if before is None else
-                  "probe" if observed == bucket.settled else "slower than S = 0")
+                  "slower than S = 0" if observed != bucket.settled else
+                  "recheck" if recheck else "probe")
         self.switch_log.append({
             "bucket": bucket.size, "batch_size": batch_size,
             "iteration": bucket.iterations, "from": before, "to": bucket.settled,
@@ -266,7 +267,8 @@ class AdaptiveController:
         """The changes of settled depth from the ``since``-th on (at most
         ``max_switch_log`` are kept): per change its bucket, the batch size and the
         bucket's iteration count when it came, the depths before and after (``None``
-        before: the warm-up), the reason (``warm-up``, ``probe``, ``slower than S = 0``)
+        before: the warm-up), the reason (``warm-up``, ``probe``, ``recheck``, ``slower
+        than S = 0``)
         and every depth's throughput estimate then."""
         return self.switch_log[since:]
 
