@@ -335,4 +335,4 @@ def test_a_depth_rated_above_the_settled_one_is_rechecked_soon() -> None:
     logged = len(controller.switches())
     settled = _drive(controller, model, 16, 60)
     assert settled[-20:] == [3] * 20
-    assert {e["reason"] for e in controller.switches(logged)} == {"recheck"}
+    assert controller.switches(logged)[0]["reason"] == "recheck"  # (then a probe may follow)
