@@ -339,6 +339,33 @@ def test_a_request_finishing_does_not_drop_the_others_iteration(backend, pair, s
     assert len(dropped) <= 1  # the last request's last launch
 
 
+@pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_a_shrinking_batch_carries_one_chain(backend, graph_backend, pair, spec, graphs,
+                                             monkeypatch):
+    """Five requests, no queue, finishing one by one (and by EOS where they meet it): one
+    chain from the first launch to the last; each later launch continues from the rows of
+    the requests still running (oracle: a counter on the chain's start, the draft state
+    read from the host, and tokens, finish reasons and verify passes equal to decoding
+    without overlap)."""
+    from eagle_hal.spec.worker import EagleWorker
+
+    params = [SamplingParams(max_new_tokens=n) for n in (12, 40, 5, 25, 33)]
+    chosen = graph_backend if graphs else backend
+    _, expected = run(chosen, pair, PROMPTS, params, overlap=False, spec=spec,
+                      max_batch_size=5, graphs=graphs)
+    starts = []
+    draft_states = EagleWorker.draft_states
+    monkeypatch.setattr(EagleWorker, "draft_states",
+                        lambda self, requests: (starts.append(len(requests)),
+                                                draft_states(self, requests))[1])
+    _, got = run(chosen, pair, PROMPTS, params, overlap=True, spec=spec, max_batch_size=5,
+                 graphs=graphs)
+    assert got == expected
+    assert starts == [5]
+    assert len({len(t) for t, *_ in got}) == 5  # five lengths: four batch changes
+
+
 def test_a_chain_drained_for_want_of_kv_pages_still_advances(backend):
     """The engine drains the iteration in flight before a step whose KV growth may not fit
     (sized for the deepest adaptive depth, more than a shallower chain reserves). The

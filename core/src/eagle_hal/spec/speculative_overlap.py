@@ -38,11 +38,14 @@ state differently, which may change a drafted token at a near-tie: the accept le
 and, through the verify's 16-bit rounding over another tree, possibly a near-tie of the
 target's as well, as speculative against plain decoding in 16-bit may anyway.
 
-An iteration is continued only while the batch stays the same requests in the same
-order: when one finishes, joins, is preempted or re-prefilled, the iteration in flight is
-applied to the requests still running unchanged (``finish``; a preempted or re-prefilled
-request's part is dropped and recomputed), and the call after it starts a new chain. The
-engine's ``drain`` (before a step whose KV growth may not fit) applies it too.
+An iteration is continued while the batch stays the same requests in the same order,
+less those that finished: the next one starts from the rows of those still running (at
+batch 64 requests finish every few iterations, and a new chain each time left the device
+idle while the host built it). When one joins, is preempted or re-prefilled, the
+iteration in flight is applied to the requests still running unchanged (``finish``; a
+preempted or re-prefilled request's part is dropped and recomputed), and the call after
+it starts a new chain. The engine's ``drain`` (before a step whose KV growth may not fit)
+applies it too.
 
 When the next call asks for something the iteration in flight cannot continue into
 (another depth or tree shape, the split pass's timed iterations, plain decoding, another
@@ -103,18 +106,33 @@ class SpecInFlight:
 
     def carries(self, requests: Sequence[Request], spec: SpecConfig) -> bool:
         """Whether the next iteration of ``requests`` with settings ``spec`` can start
-        from this one: the same depth and tree shape, and ``same_batch``."""
-        return spec == self.spec and self.same_batch(requests)
+        from this one (``rows_of``)."""
+        return self.rows_of(requests, spec) is not None
 
-    def same_batch(self, requests: Sequence[Request]) -> bool:
-        """Whether ``requests`` are this iteration's, in the same order, none finished,
-        preempted or re-prefilled since it launched."""
-        if len(requests) != len(self.requests):
-            return False
-        return all(
-            r is mine and r.table_row is not None and not r.finished and r.cached_len == e
-            for r, mine, e in zip(requests, self.requests, self.expected)
-        )
+    def rows_of(self, requests: Sequence[Request], spec: SpecConfig) -> list[int] | None:
+        """This iteration's row of each of ``requests`` where the next iteration of them
+        with settings ``spec`` can start from it: the same depth and tree shape, and
+        ``requests`` this iteration's in the same order, none preempted or re-prefilled
+        since it launched, and any of its requests left out finished (a batch shrinking
+        as requests finish carries on; one that another joins starts a new chain).
+        ``None`` where it cannot."""
+        if spec != self.spec or len(requests) > len(self.requests):
+            return None
+        rows: list[int] = []
+        row = 0
+        for request in requests:
+            while row < len(self.requests) and self.requests[row] is not request:
+                if not self.requests[row].finished:
+                    return None
+                row += 1
+            if row == len(self.requests) or request.table_row is None or request.finished \
+                    or request.cached_len != self.expected[row]:
+                return None
+            rows.append(row)
+            row += 1
+        if not all(r.finished for r in self.requests[row:]):
+            return None
+        return rows
 
     def read(self) -> list[list[int]]:
         """The packed results, waiting for the iteration to finish."""
@@ -191,7 +209,8 @@ def decode_speculative_overlapped(
     runner = worker.runner
     flight: SpecInFlight | None = worker._spec_flight
     spec = worker._spec_at(steps)
-    carried = flight is not None and flight.carries(requests, spec)
+    rows_in_flight = flight.rows_of(requests, spec) if flight is not None else None
+    carried = rows_in_flight is not None
     if flight is not None and not carried:
         discard(worker)
         flight = None
@@ -216,11 +235,15 @@ def decode_speculative_overlapped(
         worker.catch_up_timed(requests)
     sampling = worker._sampling(requests)  # built before the launch: it copies to the device
     if carried:
-        assert flight is not None
-        rows_t, nodes_t, branches_t, width_t = runner.upload_with_table(
-            rows, [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size
+        assert flight is not None and rows_in_flight is not None
+        rows_t, nodes_t, branches_t, width_t, index = runner.upload_with_table(
+            rows, [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size,
+            rows_in_flight,
         )
         seq_t, roots, state = flight.seq_next, flight.roots_next, flight.state_next
+        if batch_size < len(flight.requests):  # some finished: their rows leave the chain
+            seq_t, roots = seq_t.index_select(0, index), roots.index_select(0, index)
+            state = DraftState(*(t.index_select(0, index) for t in state))
     else:
         seq_t, roots, rows_t, nodes_t, branches_t, width_t = runner.upload_with_table(
             [r.cached_len for r in requests], [r.output_ids[-1] for r in requests], rows,
@@ -236,10 +259,13 @@ def decode_speculative_overlapped(
     if not carried:
         launch.expected = [r.cached_len for r in requests]
         return [[] for _ in requests]
-    assert flight is not None
-    emitted = _apply(worker, flight, reserve)
+    assert flight is not None and rows_in_flight is not None
+    kept = [False] * len(flight.requests)
+    for row in rows_in_flight:
+        kept[row] = True
+    emitted = _apply(worker, flight, reserve, kept)
     launch.expected = [r.cached_len for r in requests]
-    return emitted
+    return [emitted[row] for row in rows_in_flight]
 
 
 def _fits(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
