@@ -39,13 +39,10 @@ and, through the verify's 16-bit rounding over another tree, possibly a near-tie
 target's as well, as speculative against plain decoding in 16-bit may anyway.
 
 An iteration is continued while the batch stays the same requests in the same order,
-less those that finished: the next one starts from the rows of those still running (at
-batch 64 requests finish every few iterations, and a new chain each time left the device
-idle while the host built it). When one joins, is preempted or re-prefilled, the
-iteration in flight is applied to the requests still running unchanged (``finish``; a
-preempted or re-prefilled request's part is dropped and recomputed), and the call after
-it starts a new chain. The engine's ``drain`` (before a step whose KV growth may not fit)
-applies it too.
+less those that finished (the next starts from the rows of those still running). When one
+joins, is preempted or re-prefilled, the iteration in flight is applied to the requests
+still running unchanged (``finish``; a preempted or re-prefilled request's part is
+recomputed), and the call after it starts a new chain; the engine's ``drain`` applies it.
 
 When the next call asks for something the iteration in flight cannot continue into
 (another depth or tree shape, the split pass's timed iterations, plain decoding, another
@@ -113,9 +110,9 @@ class SpecInFlight:
         """This iteration's row of each of ``requests`` where the next iteration of them
         with settings ``spec`` can start from it: the same depth and tree shape, and
         ``requests`` this iteration's in the same order, none preempted or re-prefilled
-        since it launched, and any of its requests left out finished (a batch shrinking
-        as requests finish carries on; one that another joins starts a new chain).
-        ``None`` where it cannot."""
+        since it launched, and any of its requests left out finished (at batch 64 one
+        finishes every few iterations; a new chain each time idled the device while the
+        host built it). ``None`` where it cannot."""
         if spec != self.spec or len(requests) > len(self.requests):
             return None
         rows: list[int] = []
@@ -145,11 +142,9 @@ def eligible(worker: EagleWorker, steps: int) -> bool:
     """Whether an iteration at depth ``steps`` can be launched before the previous one is
     read back (see the module docstring)."""
     runner = worker.runner
-    if not (worker.overlap and steps > 0 and worker.has_draft) or worker.timed:
-        return False
-    if runner.tree_mask_mode == TreeMaskMode.FULL:
-        return False
-    if worker._spec_at(steps).draft_tokens < steps + 1:  # the path must fit the verify block
+    if not (worker.overlap and steps > 0 and worker.has_draft) or worker.timed \
+            or runner.tree_mask_mode == TreeMaskMode.FULL \
+            or worker._spec_at(steps).draft_tokens < steps + 1:  # the path must fit
         return False
     attns = (runner.target_attn, runner.draft_attn)
     return all(a is not None and a.lengths_read_in_forward for a in attns)
