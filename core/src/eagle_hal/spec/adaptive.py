@@ -268,8 +268,7 @@ class AdaptiveController:
         ``max_switch_log`` are kept): per change its bucket, the batch size and the
         bucket's iteration count when it came, the depths before and after (``None``
         before: the warm-up), the reason (``warm-up``, ``probe``, ``recheck``, ``slower
-        than S = 0``)
-        and every depth's throughput estimate then."""
+        than S = 0``) and every depth's throughput estimate then."""
         return self.switch_log[since:]
 
     def _is_outlier(self, bucket: Bucket, steps: int, seconds: float) -> bool:
