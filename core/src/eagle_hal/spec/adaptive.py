@@ -230,8 +230,8 @@ class AdaptiveController:
             return
         bucket.since_probe += 1
         bucket.since_recheck += 1
-        rival = self._rival(bucket)
-        if rival is not None and bucket.since_recheck > self.warmup_iterations:
+        rival = self._rival(bucket) if bucket.since_recheck > self.warmup_iterations else None
+        if rival is not None:
             # rated above the settled depth by the margin, on samples from before: measure
             # it afresh now rather than at the next round-robin probe, hundreds of
             # iterations on, which a bucket in a shrinking batch's tail never reaches
