@@ -10,6 +10,13 @@ each is measured on the same answers, in one process.
     python benchmarks/head_agreement.py --dataset benchmarks/data/mt_bench_question.jsonl \\
         --num-prompts 10 --max-new-tokens 128 --draft default --draft OTHER_HEAD
 
+With ``--chain S`` it also unrolls each head S draft steps over its own outputs (as a
+greedy chain drafts; ``train.unrolled``) and reports, per head, the acceptance at each depth
+given the depths before it were accepted (over every answer position as a chain's origin),
+and the tokens per verify pass a chain of S would give when its iterations start where a
+real run's do (at the prompt's end, then one past each iteration's accepted tokens); that
+figure matches the engine's accept length up to rounding.
+
 With ``--per-category N`` (a JSONL file with categories, as MT-bench's) it measures the
 first N questions of each category and adds a line per category. With ``--draft-vocab V``
 (repeatable) each head is also measured drafting from its V most frequent tokens
@@ -35,6 +42,7 @@ from eagle_hal.model.draft_vocab import restrict
 from eagle_hal.model.loading import default_draft_path, load_eagle_head
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.train.dense import draft_forward, target_features
+from eagle_hal.train.unrolled import unrolled_draft_forward
 
 DEMO_PROMPT = "Explain in a few sentences why the sky is blue."
 
@@ -54,6 +62,8 @@ def main() -> None:
     parser.add_argument("--per-category", type=int, default=None, metavar="N",
                         help="the first N questions of every category of a JSONL --dataset "
                              "(MT-bench: writing, roleplay, ...), with a summary per category")
+    parser.add_argument("--chain", type=int, default=0, metavar="S",
+                        help="also the per-depth acceptance of a greedy chain of S draft steps")
     parser.add_argument("--draft-vocab", type=int, action="append", default=[], metavar="V",
                         help="also measure each head drafting from its V most frequent tokens")
     args = parser.parse_args()
@@ -84,6 +94,7 @@ def main() -> None:
     columns = [*heads, *vocabularies]
     agree = {name: 0 for name in columns}
     positions, confidence = 0, 0.0
+    chains = {name: ChainTally(args.chain) for name in heads} if args.chain else {}
     print(f"{'prompt':<44} {'tokens':>6} {'target p':>8} " + " ".join(f"{n[-18:]:>18}" for n in columns))
     for category, text in chosen:
         prompt = llm.encode(text, chat=True)
@@ -103,6 +114,8 @@ def main() -> None:
                 agree[name] += hits
                 hits_row.append(hits)
                 row.append(f"{hits / len(where):>18.3f}")
+                if name in chains:
+                    chains[name].add(head, tokens, features, start)
             for name, ids in vocabularies.items():
                 hits = int(torch.isin(greedy, ids).sum())
                 agree[name] += hits
@@ -121,6 +134,55 @@ def main() -> None:
                   + " ".join(f"{h / count:>18.3f}" for h in hits))
     print(f"{'all':<44} {positions:>6} {confidence / positions:>8.3f} "
           + " ".join(f"{agree[n] / positions:>18.3f}" for n in columns))
+    for name, tally in chains.items():
+        print(tally.summary(name))
+
+
+class ChainTally:
+    """Per-depth acceptance of a head's greedy chain of ``steps`` draft tokens, teacher-forced
+    over the target's answers (``--chain``)."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.reached = [0] * (steps + 1)  # origins whose depths 1 .. d - 1 were all accepted
+        self.accepted = [0] * (steps + 1)  # ... and depth d too
+        self.passes = 0  # verify passes of the simulated runs
+        self.emitted = 0  # tokens they emit
+
+    @torch.no_grad()
+    def add(self, head, tokens: torch.Tensor, features: torch.Tensor, start: int) -> None:
+        """One answer: ``tokens`` prompt + answer, ``features`` the target's over them,
+        ``start`` the prompt's length."""
+        steps, n = self.steps, len(tokens)
+        outs = unrolled_draft_forward(head, tokens[None, 1:], features[None, :-1], steps)
+        # A chain at origin o (the draft holds 0 .. o, its root is token o + 1) drafts at
+        # depth d from step d's output at position o + d - 1, a guess of token o + d + 1.
+        origins = torch.arange(start - 1, n - 2, device=tokens.device)
+        right = torch.zeros(len(origins), steps, dtype=torch.bool, device=tokens.device)
+        for depth in range(1, steps + 1):
+            at = origins + depth - 1
+            inside = at + 2 < n
+            at = at.clamp(max=n - 3)
+            guess = head.compute_logits(outs[depth - 1][0, at]).argmax(-1)
+            right[:, depth - 1] = (guess == tokens[at + 2]) & inside
+        leading = right.int().cumprod(dim=1)  # depths 1 .. d all accepted
+        for depth in range(1, steps + 1):
+            before = leading[:, depth - 2] if depth > 1 else torch.ones_like(leading[:, 0])
+            self.reached[depth] += int(before.sum())
+            self.accepted[depth] += int(leading[:, depth - 1].sum())
+        lengths = leading.sum(dim=1).tolist()
+        origin = 0
+        while origin < len(lengths):  # where a real run's iterations start
+            self.passes += 1
+            self.emitted += lengths[origin] + 1
+            origin += lengths[origin] + 1
+
+    def summary(self, name: str) -> str:
+        rates = " ".join(
+            f"{self.accepted[d] / max(self.reached[d], 1):.3f}" for d in range(1, self.steps + 1)
+        )
+        return (f"chain S={self.steps} {name}: acceptance by depth {rates}; "
+                f"tokens per verify pass {self.emitted / max(self.passes, 1):.3f}")
 
 
 def by_category(path: str, per_category: int) -> list[tuple[str, str]]:

@@ -38,10 +38,12 @@ state differently, which may change a drafted token at a near-tie: the accept le
 and, through the verify's 16-bit rounding over another tree, possibly a near-tie of the
 target's as well, as speculative against plain decoding in 16-bit may anyway.
 
-An iteration is continued while the batch stays the same requests in the same order,
-less those that finished (the next starts from the rows of those still running). When one
-joins, is preempted or re-prefilled, the iteration in flight is applied to the requests
-still running unchanged (``finish``; a preempted or re-prefilled request's part is
+An iteration is continued while the batch keeps at least one of its requests and every
+request it lost finished (``spec.overlap_rows``): the rows of those still running start
+from its results on the device, and a request that joined since (after its prefill) from
+the host's state, in the same launch; the call returns ``[]`` for it. When one is
+preempted or re-prefilled, the iteration in flight is applied to the requests still
+running unchanged (``finish``; the preempted or re-prefilled request's part is
 recomputed), and the call after it starts a new chain; the engine's ``drain`` applies it.
 
 When the next call asks for something the iteration in flight cannot continue into
@@ -75,6 +77,7 @@ from eagle_hal.hal.sampling import TreeShape
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree
+from eagle_hal.spec.overlap_rows import JOINED, fits, reserve as reserve_rows, start_inputs
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.spec.worker import EagleWorker
@@ -107,27 +110,27 @@ class SpecInFlight:
         return self.rows_of(requests, spec) is not None
 
     def rows_of(self, requests: Sequence[Request], spec: SpecConfig) -> list[int] | None:
-        """This iteration's row of each of ``requests`` where the next iteration of them
-        with settings ``spec`` can start from it: the same depth and tree shape, and
-        ``requests`` this iteration's in the same order, none preempted or re-prefilled
-        since it launched, and any of its requests left out finished (at batch 64 one
-        finishes every few iterations; a new chain each time idled the device while the
-        host built it). ``None`` where it cannot."""
-        if spec != self.spec or len(requests) > len(self.requests):
+        """This iteration's row of each of ``requests`` (``JOINED`` for one that joined the
+        batch since) where the next iteration of them with settings ``spec`` can start
+        from it: the same depth and tree shape, at least one request carried, none of them
+        preempted or re-prefilled since it launched, and every request of this iteration
+        left out finished (at batch 64 one finishes, and another joins, every few
+        iterations; a new chain each time idled the device while the host built it).
+        ``None`` where it cannot."""
+        if spec != self.spec:
             return None
+        where = {id(r): row for row, r in enumerate(self.requests)}
         rows: list[int] = []
-        row = 0
         for request in requests:
-            while row < len(self.requests) and self.requests[row] is not request:
-                if not self.requests[row].finished:
-                    return None
-                row += 1
-            if row == len(self.requests) or request.table_row is None or request.finished \
-                    or request.cached_len != self.expected[row]:
+            row = where.pop(id(request), JOINED)
+            if request.table_row is None or request.finished or (
+                row != JOINED and request.cached_len != self.expected[row]
+            ):
                 return None
             rows.append(row)
-            row += 1
-        if not all(r.finished for r in self.requests[row:]):
+        if all(row == JOINED for row in rows) or any(
+            not self.requests[row].finished for row in where.values()
+        ):
             return None
         return rows
 
@@ -199,7 +202,7 @@ def decode_speculative_overlapped(
 ) -> list[list[int]] | None:
     """One speculative iteration at depth ``steps`` for ``requests``, launched before the
     previous one is read back; returns the previous iteration's emitted tokens (``[]``
-    per request when it starts a new chain), or ``None`` when the KV cache or the context
+    for a request that starts a new chain: all of them, or one that joined), or ``None`` when the KV cache or the context
     cannot hold the extra reservation (the caller then decodes without overlap)."""
     runner = worker.runner
     flight: SpecInFlight | None = worker._spec_flight
@@ -213,42 +216,27 @@ def decode_speculative_overlapped(
     width = steps + 1  # the longest accepted path: the root and S drafts
     reserve = max(num_nodes, steps * topk, width)
     rows = [worker._row(r) for r in requests]
+    joined = [not carried or rows_in_flight[i] == JOINED for i in range(len(requests))]
     # the most each request can have advanced on the device: the iteration in flight may
     # accept up to S drafts and its bonus
-    bounds = [r.cached_len + (width if carried else 0) for r in requests]
-    # a new chain starts only where its next, carried launch will fit too: otherwise the
-    # calls would alternate between launching a chain and dropping it
-    # (carried, the bounds already are those lengths: ``_reserve`` checks them)
-    needed = [r.cached_len + width + reserve for r in requests]
-    if (not carried and not _fits(runner.table, rows, needed)) or not _reserve(
+    bounds = [r.cached_len + (0 if j else width) for r, j in zip(requests, joined)]
+    # a chain starts only where its next, carried launch will fit too: otherwise the calls
+    # would alternate between launching a chain and dropping it (carried, the bounds
+    # already are those lengths)
+    needed = [b + (width if j else 0) + reserve for b, j in zip(bounds, joined)]
+    if not fits(runner.table, rows, needed) or not reserve_rows(
         runner.table, rows, [b + reserve for b in bounds]
     ):
         discard(worker)
         return None
-    batch_size = len(requests)
-    if not carried:  # the draft first consumes what it missed at S = 0 (adaptive mode)
-        worker.catch_up_timed(requests)
+    if any(joined):  # the draft first consumes what it missed at S = 0 (adaptive mode)
+        worker.catch_up_timed([r for r, j in zip(requests, joined) if j])
     sampling = worker._sampling(requests)  # built before the launch: it copies to the device
-    if carried:
-        assert flight is not None and rows_in_flight is not None
-        rows_t, nodes_t, branches_t, width_t, index = runner.upload_with_table(
-            rows, [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size,
-            rows_in_flight,
-        )
-        seq_t, roots, state = flight.seq_next, flight.roots_next, flight.state_next
-        if batch_size < len(flight.requests):  # some finished: their rows leave the chain
-            seq_t, roots = seq_t.index_select(0, index), roots.index_select(0, index)
-            state = DraftState(*(t.index_select(0, index) for t in state))
-    else:
-        seq_t, roots, rows_t, nodes_t, branches_t, width_t = runner.upload_with_table(
-            [r.cached_len for r in requests], [r.output_ids[-1] for r in requests], rows,
-            [num_nodes] * batch_size, [topk] * batch_size, [width] * batch_size,
-        )
-        state = worker.draft_states(requests)
-    launch = _launch(
-        worker, requests, rows, bounds, steps, reserve, width, sampling,
-        (rows_t, seq_t, roots, nodes_t, branches_t, width_t), state,
+    device, state = start_inputs(
+        worker, flight, requests, rows_in_flight, (rows, num_nodes, topk, width)
     )
+    launch = _launch(worker, requests, rows, bounds, steps, reserve, width, sampling, device,
+                     state)
     worker._spec_flight = launch
     worker.iterations_at_depth[steps] += 1
     if not carried:
@@ -257,28 +245,11 @@ def decode_speculative_overlapped(
     assert flight is not None and rows_in_flight is not None
     kept = [False] * len(flight.requests)
     for row in rows_in_flight:
-        kept[row] = True
+        if row != JOINED:
+            kept[row] = True
     emitted = _apply(worker, flight, reserve, kept)
     launch.expected = [r.cached_len for r in requests]
-    return [emitted[row] for row in rows_in_flight]
-
-
-def _fits(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
-    """Whether every row could grow to its length: within the context and the free pages."""
-    if any(n > table.max_context for n in lengths):
-        return False
-    grow = [(row, n) for row, n in zip(rows, lengths) if n > table.length(row)]
-    return sum(table.pages_needed(row, n) for row, n in grow) <= table.allocator.num_free_pages
-
-
-def _reserve(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
-    """Grow each row to at least its length if the context and the free pages allow."""
-    if not _fits(table, rows, lengths):
-        return False
-    for row, n in zip(rows, lengths):
-        if n > table.length(row):
-            table.reserve(row, n)
-    return True
+    return [[] if row == JOINED else emitted[row] for row in rows_in_flight]
 
 
 def _launch(

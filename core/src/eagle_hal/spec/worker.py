@@ -275,7 +275,8 @@ class EagleWorker:
             overlapped = speculative_overlap.decode_speculative_overlapped(self, requests, steps)
             if overlapped is not None:
                 if self.controller is not None and any(overlapped):
-                    accepted = sum(len(e) for e in overlapped) / batch_size
+                    # per request read back (one that joined returns nothing yet)
+                    accepted = sum(map(len, overlapped)) / sum(1 for e in overlapped if e)
                     self._observe(batch_size, steps, accepted, time.perf_counter() - since,
                                   self.reports.overlapped_catch_up())
                 return overlapped
