@@ -290,4 +290,8 @@ def library_default_spec(kind: str = "chain") -> Any:
     check_spec_kind(kind)
     if kind == "chain":
         return SpecConfig()
-    return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16, adaptive=kind == "adaptive")
+    if kind == "tree":
+        return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16)
+    # the adaptive mode narrows the tree past 256 verify tokens a batch (N = 4 at 64)
+    return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16, adaptive=True,
+                      adaptive_verify_budget=256)

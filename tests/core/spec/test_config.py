@@ -58,3 +58,21 @@ def test_settings_over_a_spec_keep_its_n_only_where_its_shape_stays() -> None:
     assert (chain.num_steps, chain.topk, chain.draft_tokens) == (1, 1, 2)
     with pytest.raises(ValueError, match="at most 4"):  # a given N is checked, not adapted
         SpecConfig(num_steps=5, topk=4, num_draft_tokens=16).with_settings(1, draft_tokens=16)
+
+
+def test_the_adaptive_verify_budget_narrows_wide_trees_at_large_batches() -> None:
+    """batch x N over the budget: N cut to budget // batch, never below S + 1, K kept;
+    within the budget, at S = 0, a chain, or without a batch, nothing changes."""
+    spec = SpecConfig(5, 4, 16, adaptive=True, adaptive_verify_budget=256)
+    assert spec.with_steps(3, 16).draft_tokens == 16  # 16 x 16 = 256 fits
+    assert (spec.with_steps(3, 32).draft_tokens, spec.with_steps(3, 32).topk) == (8, 4)
+    assert spec.with_steps(3, 64).draft_tokens == 4  # 256 // 64
+    assert spec.with_steps(5, 64).draft_tokens == 6  # S + 1 > 4
+    assert spec.with_steps(1, 64).draft_tokens == 4  # of min(16, 4 + 1) = 5
+    assert spec.with_steps(5, 256).draft_tokens == 6
+    assert spec.with_steps(3).draft_tokens == 16 and spec.with_steps(0, 64).num_steps == 0
+    chain = SpecConfig(5, 1, adaptive=True, adaptive_verify_budget=8)
+    assert chain.with_steps(3, 64).draft_tokens == 4
+    assert SpecConfig(5, 4, 16).with_steps(3, 64).draft_tokens == 16  # no budget
+    with pytest.raises(ValueError, match="adaptive_verify_budget"):
+        SpecConfig(5, 4, 16, adaptive=True, adaptive_verify_budget=0)

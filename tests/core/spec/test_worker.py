@@ -96,6 +96,26 @@ def test_adaptive_mode_is_lossless(cpu_backend, random_pair):
     assert llm.used_pages == 0
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["eager", "overlapped"])
+def test_adaptive_mode_narrowed_by_its_verify_budget_is_lossless(cpu_backend, good_pair, overlap):
+    """With a verify budget of 12 tokens a batch of 5 (bucket 8) runs its K = 2 trees at
+    N = S + 1 (S = 4: 12 // 8 = 1 is below S + 1 = 5), a batch of 1 at N = 8, and a batch
+    shrinking from 5 to 1 passes from one to the other mid-run; the tokens stay those of
+    plain decoding (oracle), and the narrowed shapes did run."""
+    target, head = good_pair
+    params = [SamplingParams(max_new_tokens=n) for n in (40, 12, 26, 7, 33)]
+    expected = _plain(cpu_backend, target, PROMPTS[:5], params)
+    spec = SpecConfig(4, 2, 8, adaptive=True, adaptive_steps=(0, 2, 4), adaptive_verify_budget=12)
+    llm = LLM.from_models(cpu_backend, target, head, spec=spec, max_batch_size=8, seed=0)
+    llm.worker.overlap = overlap
+    outputs = llm.generate(PROMPTS[:5], params)
+    assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
+    shapes = {key: (s.num_steps, s.topk, s.draft_tokens) for key, s in llm.worker._specs[1].items()}
+    assert any(bucket == 8 and shape[2] == shape[0] + 1 for (_, bucket), shape in shapes.items()
+               if shape[0] > 0), shapes
+    assert llm.used_pages == 0
+
+
 @pytest.mark.parametrize("params", [
     SamplingParams(max_new_tokens=16),
     SamplingParams(max_new_tokens=16, temperature=0.8, top_k=20, seed=1234),

@@ -37,7 +37,7 @@ def decode_eager(worker: EagleWorker, requests: Sequence[Request], steps: int, s
     batch_size = len(requests)
     runner, ops = worker.runner, worker.ops
     worker.iterations_at_depth[steps] += 1
-    spec = worker._spec_at(steps)
+    spec = worker._spec_at(steps, batch_size)
     num_nodes = spec.draft_tokens if steps > 0 else 1
     topk = spec.topk if steps > 0 else 1
     shape = TreeShape(spec.topk, steps, num_nodes)

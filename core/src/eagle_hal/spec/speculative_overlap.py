@@ -206,7 +206,7 @@ def decode_speculative_overlapped(
     cannot hold the extra reservation (the caller then decodes without overlap)."""
     runner = worker.runner
     flight: SpecInFlight | None = worker._spec_flight
-    spec = worker._spec_at(steps)
+    spec = worker._spec_at(steps, len(requests))
     rows_in_flight = flight.rows_of(requests, spec) if flight is not None else None
     carried = rows_in_flight is not None
     if flight is not None and not carried:
@@ -267,7 +267,7 @@ def _launch(
     """Queue the iteration: draft, verify, accept, move the path, draft extend."""
     runner, ops = worker.runner, worker.ops
     rows_t, seq_t, roots, nodes_t, branches_t, width_t = device
-    spec = worker._spec_at(steps)
+    spec = worker._spec_at(steps, len(requests))
     num_nodes, topk = spec.draft_tokens, spec.topk
     batch_size = len(requests)
     offsets = torch.arange(reserve, device=runner.device)

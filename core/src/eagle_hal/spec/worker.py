@@ -127,7 +127,7 @@ class EagleWorker:
         self._one_node: dict[object, tuple[torch.Tensor, ...]] = {}  # single_node_tree's
         # the settings per depth, built once per ``spec`` (which callers may swap): an
         # iteration at S = 0 should cost the host no more than plain decoding does
-        self._specs: tuple[SpecConfig, dict[int, SpecConfig]] = (spec, {})
+        self._specs: tuple[SpecConfig, dict[tuple, SpecConfig]] = (spec, {})
 
     # -- engine interface --------------------------------------------------------------------
 
@@ -138,15 +138,20 @@ class EagleWorker:
         spec = self._spec_at(steps)
         return max(spec.draft_tokens, steps * spec.topk)
 
-    def _spec_at(self, steps: int) -> SpecConfig:
-        """``spec`` at depth ``steps`` (the adaptive controller's choice), built once."""
+    def _spec_at(self, steps: int, batch_size: int | None = None) -> SpecConfig:
+        """``spec`` at depth ``steps`` (the adaptive controller's choice) for a batch of
+        ``batch_size`` (its controller bucket narrows a wide tree, ``SpecConfig.with_steps``;
+        ``None``: the widest shape), built once."""
         base, specs = self._specs
         if base is not self.spec:
             base, specs = self.spec, {}
             self._specs = (base, specs)
-        spec = specs.get(steps)
+        bucket, sizes = None, getattr(self.controller, "bucket_sizes", None)
+        if batch_size is not None and sizes:  # the controller's bucket of the batch
+            bucket = next((size for size in sizes if batch_size <= size), sizes[-1])
+        spec = specs.get((steps, bucket))
         if spec is None:
-            spec = specs[steps] = base.with_steps(steps)
+            spec = specs[(steps, bucket)] = base.with_steps(steps, bucket)
         return spec
 
     def drain(self) -> list[tuple[Request, list[int]]]:
@@ -256,7 +261,7 @@ class EagleWorker:
         overlappable = speculative_overlap.eligible(self, steps)
         flight = self._spec_flight
         if flight is not None and not (
-            overlappable and flight.carries(requests, self._spec_at(steps))
+            overlappable and flight.carries(requests, self._spec_at(steps, batch_size))
         ):
             # the speculative iteration in flight cannot be continued (another depth or
             # shape, the timed split pass, S = 0): apply it, launching nothing this call
