@@ -108,7 +108,9 @@ def test_default_spec_is_a_chain_of_three(cpu_backend):
     assert (adaptive.topk, adaptive.adaptive, adaptive.adaptive_steps) == (1, True, (0, 1, 2, 3))
     assert Backend.default_spec(cpu_backend) == SpecConfig()  # the base class's: S = 5
     assert Backend.default_spec(cpu_backend, "tree") == SpecConfig(5, 4, 16)
-    assert library_default_spec("adaptive") == SpecConfig(5, 4, 16, adaptive=True)
+    # the library's adaptive mode narrows its trees past 256 verify tokens a batch
+    assert library_default_spec("adaptive") == SpecConfig(5, 4, 16, adaptive=True,
+                                                          adaptive_verify_budget=256)
     with pytest.raises(ValueError, match="unknown spec kind 'bushy'"):
         cpu_backend.default_spec("bushy")
     given = argparse.Namespace(spec_steps=None, spec_topk=None, spec_draft_tokens=None,
