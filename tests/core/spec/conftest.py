@@ -33,3 +33,10 @@ def backend():
 def pair():
     target = near_bigram_target(seed=5)
     return target, matching_eagle1(target, noise=0.02)
+
+
+@pytest.fixture(scope="module")
+def graph_backend():
+    from eagle_hal.testing.graphs import replaying_cpu_backend
+
+    return replaying_cpu_backend()

@@ -12,7 +12,7 @@ about those iterations (``spec/reports.py``) is tested in ``test_reports.py``.
 from __future__ import annotations
 
 import pytest
-from scripted_overlap import PROMPTS, scripted
+from scripted_overlap import CHAIN, PROMPTS, TREE, WIDE, run, scripted
 
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
@@ -21,30 +21,6 @@ from eagle_hal.spec.config import SpecConfig
 from eagle_hal.testing.adaptive import ScriptedController
 from eagle_hal.testing.models import matching_eagle1, tiny_target
 from eagle_hal.testing.tokenizers import CharTokenizer
-
-CHAIN, TREE, WIDE = SpecConfig(4, 1, 5), SpecConfig(3, 2, 6), SpecConfig(4, 4, 12)
-
-
-@pytest.fixture(scope="module")
-def graph_backend():
-    from eagle_hal.testing.graphs import replaying_cpu_backend
-
-    return replaying_cpu_backend()
-
-
-def run(backend, pair, prompts, params, *, overlap, graphs=False, **kwargs):
-    target, head = pair
-    llm = LLM.from_models(backend, target, head, kwargs.pop("tokenizer", None),
-                          kwargs.pop("spec", TREE), seed=0, **kwargs)
-    if graphs:
-        assert llm.runner.enable_graphs()
-    llm.worker.overlap = overlap
-    outputs = llm.generate(prompts, params)
-    assert llm.used_pages == 0 and llm.leaked_pages == 0
-    # the verify passes too: the same drafts are accepted only from the same draft state
-    return llm, [(list(o.token_ids), o.finish_reason, o.text, o.stats.verify_steps)
-                 for o in outputs]
-
 
 def both(backend, pair, prompts, params, **kwargs):
     """Without overlap, then with it; checks that some iterations were read back late."""
@@ -337,70 +313,6 @@ def test_a_request_finishing_does_not_drop_the_others_iteration(backend, pair, s
     _, got, expected = both(backend, pair, PROMPTS, params, spec=spec, max_batch_size=5)
     assert got == expected
     assert len(dropped) <= 1  # the last request's last launch
-
-
-@pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
-@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
-def test_a_shrinking_batch_carries_one_chain(backend, graph_backend, pair, spec, graphs,
-                                             monkeypatch):
-    """Five requests, no queue, finishing one by one (and by EOS where they meet it): one
-    chain from the first launch to the last; each later launch continues from the rows of
-    the requests still running (oracle: a counter on the chain's start, the draft state
-    read from the host, and tokens, finish reasons and verify passes equal to decoding
-    without overlap)."""
-    from eagle_hal.spec.worker import EagleWorker
-
-    params = [SamplingParams(max_new_tokens=n) for n in (12, 40, 5, 25, 33)]
-    chosen = graph_backend if graphs else backend
-    _, expected = run(chosen, pair, PROMPTS, params, overlap=False, spec=spec,
-                      max_batch_size=5, graphs=graphs)
-    starts = []
-    draft_states = EagleWorker.draft_states
-    monkeypatch.setattr(EagleWorker, "draft_states",
-                        lambda self, requests: (starts.append(len(requests)),
-                                                draft_states(self, requests))[1])
-    _, got = run(chosen, pair, PROMPTS, params, overlap=True, spec=spec, max_batch_size=5,
-                 graphs=graphs)
-    assert got == expected
-    assert starts == [5]
-    assert len({len(t) for t, *_ in got}) == 5  # five lengths: four batch changes
-
-
-@pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
-@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
-def test_a_request_joining_extends_the_chain(backend, graph_backend, pair, spec, graphs,
-                                             monkeypatch):
-    """Five requests through a batch of two: each that finishes hands its place to one
-    waiting, which joins the chain in flight. One launch-only call (the first); every later
-    launch carries the rows still running and starts the newcomer from the host (oracle: a
-    count of the calls that returned no tokens, the draft states read from the host, and
-    tokens, finish reasons and verify passes equal to decoding without overlap)."""
-    from eagle_hal.spec.worker import EagleWorker
-
-    # far apart, so that no two finish in one iteration (that would empty the chain)
-    params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (6, 44, 18, 80, 30)]
-    chosen = graph_backend if graphs else backend
-    _, expected = run(chosen, pair, PROMPTS, params, overlap=False, spec=spec,
-                      max_batch_size=2, graphs=graphs)
-    starts, launch_only = [], []
-    draft_states = EagleWorker.draft_states
-    monkeypatch.setattr(EagleWorker, "draft_states",
-                        lambda self, requests: (starts.append(len(requests)),
-                                                draft_states(self, requests))[1])
-    overlapped = module.decode_speculative_overlapped
-
-    def counting(worker, requests, steps):
-        emitted = overlapped(worker, requests, steps)
-        if emitted is not None and not any(emitted):
-            launch_only.append(len(requests))
-        return emitted
-
-    monkeypatch.setattr(module, "decode_speculative_overlapped", counting)
-    _, got = run(chosen, pair, PROMPTS, params, overlap=True, spec=spec, max_batch_size=2,
-                 graphs=graphs)
-    assert got == expected
-    assert launch_only == [2]
-    assert starts == [2, 1, 1, 1]  # the first chain, then each newcomer alone
 
 
 def test_a_chain_drained_for_want_of_kv_pages_still_advances(backend):
