@@ -14,6 +14,7 @@ import pytest
 import torch
 from eagle_hal import select_backend
 from eagle_hal.commands import bench, bench_warmup
+from eagle_hal.spec.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 MTBENCH = Path("/work/shared/data/mt_bench_question.jsonl")
@@ -356,3 +357,20 @@ def test_a_long_timed_run_says_how_many_prompts_have_finished(monkeypatch, capsy
     said = [line for line in capsys.readouterr().err.splitlines() if "prompts done" in line]
     assert [line.split()[0] for line in said] == ["1/4", "2/4", "3/4"]
     assert rows[0]["output_tokens"] == 4 * len(prompts)
+
+
+def test_an_adaptive_row_records_its_verify_budget_and_the_shapes_it_ran():
+    """An adaptive row carries its spec's verify budget and, per batch bucket, the [K, N]
+    each depth ran at (oracle, by hand: a budget of 8 tokens at bucket 2 leaves S = 1's
+    N = 3 and cuts S = 3's N = 6 to 8 // 2 = 4); the tokens are plain decoding's."""
+    target = near_bigram_target(seed=5)
+    adaptive = SpecConfig(3, 2, 6, adaptive=True, adaptive_steps=(0, 1, 3),
+                          adaptive_verify_budget=8)
+    config = bench.BenchConfig(modes=("plain", "adaptive"), batch_sizes=(2,), max_new_tokens=10,
+                               repeats=1, split_timing=False, base_specs={"adaptive": adaptive})
+    rows = bench.benchmark(select_backend("cpu"), target, matching_eagle1(target, noise=0.02),
+                           [[1, 2, 3], [7, 8, 9]], config)
+    row = rows[1]
+    assert row["spec"]["verify_budget"] == 8 and rows[0]["spec"]["verify_budget"] is None
+    assert row["controller"]["2"]["shapes"] == {"1": [2, 3], "3": [2, 4]}
+    assert row["same_as_plain"]

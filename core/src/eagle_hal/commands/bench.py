@@ -179,9 +179,13 @@ class _Measurement:
         }
         snapshot = getattr(getattr(worker, "controller", None), "snapshot", None)
         if snapshot is not None:  # the adaptive mode: per bucket, the depth and its estimates
+            # the shape each depth ran at in the bucket: [K, N] (``adaptive_verify_budget``)
             row["controller"] = {
                 str(size): {"settled": settled,
-                            "tokens_per_request_s": {str(s): r for s, r in rates.items()}}
+                            "tokens_per_request_s": {str(s): r for s, r in rates.items()},
+                            "shapes": {str(s): [worker.spec.with_steps(s, size).topk,
+                                                worker.spec.with_steps(s, size).draft_tokens]
+                                       for s in rates if s > 0}}
                 for size, (settled, rates) in snapshot().items()
             }
             # the changes of depth during the timed runs: when, why, on what estimates
@@ -269,7 +273,8 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
             batch_rows.append({"mode": mode, "batch_size": batch_size,
                                "spec": {"steps": spec.num_steps, "topk": spec.topk,
                                         "draft_tokens": spec.draft_tokens,
-                                        "adaptive": spec.adaptive},
+                                        "adaptive": spec.adaptive,
+                                        "verify_budget": spec.adaptive_verify_budget},
                                "draft_vocab_size": measurement.llm.draft_vocab_size,
                                "graphs": measurement.graphs,
                                **measurement.row(config.split_timing)})
