@@ -183,9 +183,9 @@ class _Measurement:
             row["controller"] = {
                 str(size): {"settled": settled,
                             "tokens_per_request_s": {str(s): r for s, r in rates.items()},
-                            "shapes": {str(s): [worker.spec.with_steps(s, size).topk,
-                                                worker.spec.with_steps(s, size).draft_tokens]
-                                       for s in rates if s > 0}}
+                            "shapes": {str(s): [shape.topk, shape.draft_tokens]
+                                       for s in rates if s > 0
+                                       for shape in [worker.spec.with_steps(s, size)]}}
                 for size, (settled, rates) in snapshot().items()
             }
             # the changes of depth during the timed runs: when, why, on what estimates
