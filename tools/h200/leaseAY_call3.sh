@@ -1,8 +1,9 @@
-# Lease AY, call 3: head E's data: head D's recipe with the passage openers (broad plus 14 that
+# Lease AY, call 3 (or 2 when the sweep is left out): join the model; head E's data: head D's recipe with the passage openers (broad plus 14 that
 # have the target write a text to ask about: the head lags the target most in extraction,
 # docs/training.md), the same temperatures, seed 1, time budget 7.5 minutes (head D: 8 minutes,
 # 21.0 M tokens). Issue 8's chain target (S = 5 >= 3.0; head D 2.60 on the H200).
 source tools/h200/env.sh
+bash tools/h200/stage_b.sh > /dev/null || exit 1
 O=$OUT/ay3; mkdir -p $O /root/train
 timeout 560 python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
   --out /root/train/headE --data /root/train/e.data.safetensors \
