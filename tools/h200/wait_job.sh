@@ -1,0 +1,15 @@
+# Wait up to $1 seconds for the background job (headE_job.sh) to finish; print where it is;
+# once it is done, copy its logs, head and bench results under $OUT/ba.
+T=/root/train; end=$((SECONDS + ${1:-540}))
+while [ ! -e $T/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
+nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
+cat $T/status 2>/dev/null
+for f in data train bench; do
+  [ -f $T/$f.log ] && tr '\r' '\n' < $T/$f.log | grep -v '^$' | grep -vE "^\s*$" | tail -3
+done
+O=$OUT/ba; mkdir -p $O
+for f in data train bench; do [ -f $T/$f.log ] && tr '\r' '\n' < $T/$f.log | grep -v '^$' | tail -60 > $O/$f.log; done
+cp $T/status $O/ 2>/dev/null
+[ -d $T/headE ] && cp -r $T/headE $O/
+[ -d $T/out/bs1E ] && cp -r $T/out/bs1E $O/ && rm -f $O/bs1E/*.png
+[ -e $T/done ] && echo "job done" || echo "job still running"
