@@ -257,3 +257,39 @@ def test_the_draft_topk_kernel_can_be_switched_off(monkeypatch):
     monkeypatch.setenv("EAGLE_HAL_DRAFT_TOPK", "torch")
     kernels = Backend.model_kernels(TritonBackend())
     assert kernels.softmax_topk is None and kernels.fused_linear is not None
+
+
+@pytest.mark.parametrize("dtype,rows,fused_path", [
+    (torch.bfloat16, 1, True), (torch.bfloat16, 16, True), (torch.bfloat16, 17, False),
+    (torch.float16, 32, False), (torch.float32, 17, True), (torch.float32, 32, True),
+    (torch.float32, 33, False),
+])
+def test_16_bit_forwards_past_16_rows_take_the_gemms(dtype, rows, fused_path, hf_tiny):
+    """With the Triton kernels, 16-bit forwards of 17-32 rows run through the GEMMs (on the
+    H200 a 32-row bf16 layer took 36.0 us fused against 24.0 unfused); float32 keeps the
+    fused path up to ``max_tokens`` (32)."""
+    from eagle_hal.model.layers import fused_kernels_for
+
+    _, directory = hf_tiny("llama", seed=3)
+    model = load_hf_model(directory).to(dtype)
+    model.fuse_for_inference(kernels_named("triton"))
+    layer = model.model.layers[0]
+    x = torch.zeros(rows, model.config.hidden_size, dtype=dtype)
+    assert (fused_kernels_for(x, layer.self_attn, layer.mlp) is not None) == fused_path
+
+
+def test_the_16_bit_fused_row_limit_can_be_set_for_measurements(monkeypatch):
+    """``EAGLE_HAL_FUSED_MAX_ROWS_16BIT`` (read when the kernels are built) moves the limit
+    within 1-32, for A/B runs; anything else is refused with the variable named."""
+    if not HAS_TRITON:
+        pytest.skip("needs triton")
+    from eagle_hal.ops.triton.fused_linear import _max_tokens_16bit
+
+    monkeypatch.delenv("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", raising=False)
+    assert _max_tokens_16bit() == 16
+    monkeypatch.setenv("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", "32")
+    assert _max_tokens_16bit() == 32
+    for bad in ("0", "33", "x"):
+        monkeypatch.setenv("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", bad)
+        with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_MAX_ROWS_16BIT"):
+            _max_tokens_16bit()

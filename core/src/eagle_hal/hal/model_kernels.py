@@ -56,6 +56,9 @@ class FusedLinearKernels:
     # (x [T, In], weight [Out, In], bias [Out] | None, add [T, Out] | None)
     # -> x @ weight.T + bias, rounded, then + add, rounded: [T, Out]
     linear: Callable[..., torch.Tensor]
+    # 16-bit forwards take the fused path up to this many rows only (None: ``max_tokens``),
+    # where larger ones run faster through the GEMMs
+    max_tokens_16bit: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

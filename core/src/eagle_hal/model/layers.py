@@ -282,11 +282,16 @@ def fused_kernels_for(
 ) -> FusedLinearKernels | None:
     """The fused projection kernels for a forward of ``x``'s rows through ``attention`` and
     ``mlp``, or ``None`` for the unfused path: when the installed kernels have them, ``x``
-    has at most their ``max_tokens`` rows of a 16- or 32-bit float, both modules'
-    projections are fused and every projection is a plain ``nn.Linear`` (a tensor-parallel
-    shard's is not) without a down-projection bias."""
+    has at most their ``max_tokens`` rows of a 16- or 32-bit float (16-bit: at most
+    ``max_tokens_16bit``), both modules' projections are fused and every projection is a
+    plain ``nn.Linear`` (a tensor-parallel shard's is not) without a down-projection bias."""
     fused = attention.kernels.fused_linear
-    if fused is None or not 0 < x.shape[0] <= fused.max_tokens:
+    if fused is None:
+        return None
+    limit = fused.max_tokens
+    if x.dtype in (torch.float16, torch.bfloat16) and fused.max_tokens_16bit is not None:
+        limit = min(limit, fused.max_tokens_16bit)
+    if not 0 < x.shape[0] <= limit:
         return None
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return None

@@ -84,6 +84,22 @@ __all__ = [
 
 MAX_TOKENS = 32  # rows per forward up to which a layer takes the fused path
 
+
+def _max_tokens_16bit() -> int:
+    """Rows up to which a 16-bit forward takes the fused path: 16, or
+    ``EAGLE_HAL_FUSED_MAX_ROWS_16BIT`` (1-32; 32 restores the fused 17-32-row launches, to
+    measure them end to end). On the H200 a 32-row bf16 layer took 36.0 us fused (32-row
+    tiles, 64-wide reductions) against 24.0 us unfused (cuBLAS with Triton norm, rotary
+    and SiLU; ``docs/benchmarks/h200-2026-12-03d/micro``), while up to 16 rows the fused
+    layer is the faster one. Batch 2's verify pass of N = 16 trees (32 rows) and plain
+    decoding at batch 17-32 sat in that range (the twenty-first session's ledger)."""
+    text = os.environ.get("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", "")
+    if not text:
+        return 16
+    if not text.isdigit() or not 1 <= int(text) <= MAX_TOKENS:
+        raise ValueError(f"EAGLE_HAL_FUSED_MAX_ROWS_16BIT={text!r}: expected 1-{MAX_TOKENS}")
+    return int(text)
+
 _PLAIN, _SILU_MUL, _ROTARY = 0, 1, 2
 
 
@@ -337,4 +353,5 @@ FUSED_LINEAR_KERNELS = FusedLinearKernels(
     qkv_rotary=qkv_rotary,
     gate_up_silu=gate_up_silu,
     linear=linear,
+    max_tokens_16bit=_max_tokens_16bit(),
 )
