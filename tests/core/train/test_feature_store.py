@@ -36,7 +36,7 @@ def test_rms_of_chosen_sequences_matches_brute_force(chunk_tokens, indices):
     store = _store([5, 1, 9, 4, 2, 6], width=3)
     chosen = None if indices is None else torch.tensor(indices)
     got = store.rms(chosen, chunk_tokens=chunk_tokens)
-    assert got == pytest.approx(_oracle(store, indices), rel=1e-6)  # float32 row sums, float64 across rows
+    assert got == pytest.approx(_oracle(store, indices), rel=1e-6)  # float32 within a chunk
 
 
 def test_rms_of_a_subset_differs_from_the_whole():

@@ -18,6 +18,7 @@ against 90 GiB for a data set of 21 M tokens.
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
@@ -102,7 +103,8 @@ class FeatureStore:
     def rms(self, indices: torch.Tensor | None = None, *, chunk_tokens: int = 1 << 20) -> float:
         """Root mean square of the stored values (of sequences ``indices``, default all).
 
-        Summed in float64 over chunks of ``chunk_tokens`` tokens: a float copy of the whole
+        Summed over chunks of ``chunk_tokens`` tokens (float32 within a chunk, a Python
+        float across them: not every accelerator has float64): a float copy of the whole
         store (or of a gathered subset) would take twice the store's memory again, which
         an 80 GB card holding 15 M tokens of features does not have (lease AY)."""
         total = self.features.shape[0]
@@ -114,8 +116,7 @@ class FeatureStore:
             marks.index_add_(0, self.offsets[indices], ones)
             marks.index_add_(0, self.offsets[indices + 1], -ones)
             keep = marks.cumsum(0)[:total] > 0  # [total_tokens]
-        squares = torch.zeros((), dtype=torch.float64, device=self.device)
-        count = 0
+        squares, count = 0.0, 0
         for start in range(0, total, chunk_tokens):
             values = self.features[start : start + chunk_tokens].float().pow(2).sum(-1)
             if keep is not None:
@@ -123,6 +124,6 @@ class FeatureStore:
                 values, count = values[part], count + int(part.sum())
             else:
                 count += values.shape[0]
-            squares += values.double().sum()
+            squares += float(values.sum())
         width = self.features.shape[-1]
-        return float((squares / max(1, count * width)).sqrt())
+        return math.sqrt(squares / max(1, count * width))

@@ -92,8 +92,9 @@ def _max_tokens_16bit() -> int:
     tiles, 64-wide reductions) against 24.0 us unfused (cuBLAS with Triton norm, rotary
     and SiLU; ``docs/benchmarks/h200-2026-12-03d/micro``); on an H100 with this kernel
     35.1-35.4 against 24.0-24.4 at 17, 24 and 32 rows, and 23.2-23.3 against 24.0-24.3 at
-    8 and 16 (``h200-2026-12-05c/az4``): up to 16 rows the fused layer is the faster one. Batch 2's verify pass of N = 16 trees (32 rows) and plain
-    decoding at batch 17-32 sat in that range (the twenty-first session's ledger)."""
+    8 and 16 (``h200-2026-12-05c/az4``): up to 16 rows the fused layer is the faster one.
+    Batch 2's verify pass of N = 16 trees (32 rows) and plain decoding at batch 17-32 sat
+    in that range (the twenty-first session's ledger)."""
     text = os.environ.get("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", "")
     if not text:
         return 16
