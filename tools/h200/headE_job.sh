@@ -25,4 +25,11 @@ python3 -m eagle_hal bench --device cuda:0 --backend cuda --model "$GGUF" --data
   --modes plain,chain:S5,tree:S5K4N16,tree:S8K4N48 --draft-vocab full --repeats 1 --no-split \
   --out $T/out/bs1E > $T/bench.log 2>&1
 note "bench rc $?"
+# head D on the same machine and prompts, for a side-by-side figure (lease AO, H200: 2.60, 3.85)
+python3 -m eagle_hal bench --device cuda:0 --backend cuda --model "$GGUF" --dataset "$MTBENCH" \
+  --dtype bfloat16 --draft core/src/eagle_hal/data/eagle1-smollm2-135m-instruct \
+  --max-new-tokens 256 --num-prompts 80 --batch-sizes 1 \
+  --modes plain,chain:S5,tree:S8K4N48 --draft-vocab full --repeats 1 --no-split \
+  --out $T/out/bs1D > $T/benchD.log 2>&1
+note "bench D rc $?"
 touch $T/done

@@ -4,12 +4,12 @@ T=/root/train; end=$((SECONDS + ${1:-540}))
 while [ ! -e $T/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
 nvidia-smi --query-gpu=name,memory.used --format=csv,noheader
 cat $T/status 2>/dev/null
-for f in data train bench; do
+for f in data train bench benchD; do
   [ -f $T/$f.log ] && tr '\r' '\n' < $T/$f.log | grep -v '^$' | grep -vE "^\s*$" | tail -3
 done
 O=$OUT/ba; mkdir -p $O
-for f in data train bench; do [ -f $T/$f.log ] && tr '\r' '\n' < $T/$f.log | grep -v '^$' | tail -60 > $O/$f.log; done
+for f in data train bench benchD; do [ -f $T/$f.log ] && tr '\r' '\n' < $T/$f.log | grep -v '^$' | tail -60 > $O/$f.log; done
 cp $T/status $O/ 2>/dev/null
 [ -d $T/headE ] && cp -r $T/headE $O/
-[ -d $T/out/bs1E ] && cp -r $T/out/bs1E $O/ && rm -f $O/bs1E/*.png
+for d in bs1E bs1D; do [ -d $T/out/$d ] && cp -r $T/out/$d $O/ && rm -f $O/$d/*.png; done
 [ -e $T/done ] && echo "job done" || echo "job still running"
