@@ -1,4 +1,4 @@
-# Lease AY, call 3 (or 2 when the sweep is left out): join the model; head E's data: head D's recipe with the passage openers (broad plus 14 that
+# Lease AY, call 2 (file name: the sweep planned as call 2 went to lease AZ): join the model; head E's data: head D's recipe with the passage openers (broad plus 14 that
 # have the target write a text to ask about: the head lags the target most in extraction,
 # docs/training.md), the same temperatures, seed 1, time budget 7.5 minutes (head D: 8 minutes,
 # 21.0 M tokens). Issue 8's chain target (S = 5 >= 3.0; head D 2.60 on the H200).
