@@ -112,8 +112,25 @@ def test_openers_file(tmp_path):
     path.write_text("")
     with pytest.raises(SystemExit, match="none"):
         _openers(str(path))
-    with pytest.raises(SystemExit, match="neither"):
+    with pytest.raises(SystemExit, match="neither.*broad-passages"):
         _openers(str(tmp_path / "missing.txt"))
+
+
+def test_broad_passages_is_the_shipped_heads_openers_file():
+    """'broad-passages' names, in order, the openers file head E's data was written from
+    (its recipe records the file): the broad set, then requests about a passage that end in
+    a blank line, so that the target writes the passage before the request."""
+    from pathlib import Path
+
+    from eagle_hal.commands.train_draft import _openers
+    from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, PASSAGE_PROMPT_OPENERS
+
+    recorded = Path(__file__).parents[3] / "tools/h200/openers_broad_passages.txt"
+    if not recorded.is_file():
+        pytest.skip("the checkout's tools/ is not here")
+    assert _openers("broad-passages") == _openers(str(recorded))
+    assert _openers("broad-passages")[:len(BROAD_PROMPT_OPENERS)] == BROAD_PROMPT_OPENERS
+    assert all(opener.endswith("\n\n") for opener in PASSAGE_PROMPT_OPENERS)
 
 
 def test_recorded_command_reproduces_the_stage():

@@ -56,19 +56,14 @@ def _floats(text: str) -> tuple[float, ...]:
 
 
 def _openers(spec: str) -> tuple[str, ...]:
-    from eagle_hal.train.selfdistill import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
+    from eagle_hal.train.openers import OPENER_SETS
 
-    if spec == "builtin":
-        return BUILTIN_PROMPT_OPENERS
-    if spec == "broad":
-        return BROAD_PROMPT_OPENERS
-    if spec == "none":
-        return ()
+    if spec in OPENER_SETS:
+        return OPENER_SETS[spec]
     path = Path(spec)
     if not path.is_file():
-        raise SystemExit(
-            f"--prompt-openers: {spec!r} is neither 'builtin', 'broad', 'none' nor a readable file"
-        )
+        names = ", ".join(repr(name) for name in OPENER_SETS)
+        raise SystemExit(f"--prompt-openers: {spec!r} is neither one of {names} nor a readable file")
     # a literal \n in a line is a line break of the opener ("Here is a review:\n\n" makes
     # the target write the passage itself, then the request is about it)
     openers = tuple(line.strip().replace("\\n", "\n")
@@ -120,8 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--prompt-openers",
         default="broad",
         help="openers that steer the kind of user prompt the target writes: 'broad' (the "
-        "default: many kinds of request, selfdistill.BROAD_PROMPT_OPENERS), 'builtin' (a "
-        "shorter list, selfdistill.BUILTIN_PROMPT_OPENERS), 'none' (free prompts only), "
+        "default: many kinds of request, train.openers.BROAD_PROMPT_OPENERS), "
+        "'broad-passages' (those, then requests about a passage the target writes first: "
+        "the shipped head's data), 'builtin' (a shorter list), 'none' (free prompts only), "
         "or a UTF-8 text file with one opener a line (an empty line = a free prompt; \\n "
         "= a line break within the opener)",
     )
@@ -174,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
     vocabulary.check_arguments(args)
     if args.stage == "vocab":
         paths = args.vocab_data or [data_path]
+        if not args.vocab_data and args.data is None and not data_path.is_file():
+            return vocabulary.resize(args)  # no data here: re-size the head's own ranking
         return vocabulary.rank(args, [DistillDataset.load(p) for p in paths], paths, None)
     if args.stage != "data" and args.out is None:
         raise SystemExit("eagle-hal train-draft: training needs --out DIR")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_arguments", "check_arguments", "rank"]
+__all__ = ["add_arguments", "check_arguments", "rank", "resize"]
 
 
 def add_arguments(group: Any) -> None:
@@ -21,7 +21,8 @@ def add_arguments(group: Any) -> None:
     group.add_argument(
         "--draft-vocab-coverage", type=float, default=None,
         help="the draft vocabulary's default size keeps this share of the training answers' "
-        "tokens (default 0.995)",
+        "tokens (default 0.995); --stage vocab with no data file re-sizes the head's own "
+        "draft_vocab.json from the counts it holds",
     )
 
 
@@ -70,4 +71,37 @@ def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
         f"(keeps {vocabulary.coverage(vocabulary.default_size):.3f}) -> {path}",
         file=sys.stderr, flush=True,
     )
+    return 0
+
+
+def resize(args: argparse.Namespace) -> int:
+    """``--stage vocab`` where no data file is given or found: give ``OUT/draft_vocab.json``
+    the default size ``--draft-vocab-coverage`` asks for, from the counts the file holds
+    (the ranking and its source stay; the data it was counted on may be long gone)."""
+    import torch
+
+    from eagle_hal.model.draft_vocab import DraftVocabulary
+    from eagle_hal.model.errors import UnsupportedModelError
+
+    if args.draft_vocab_coverage is None:
+        raise SystemExit("eagle-hal train-draft: --stage vocab found no data set "
+                         f"({args.out.name}.data.safetensors beside the head, --data or "
+                         "--vocab-data) to count; give one, or --draft-vocab-coverage to "
+                         "re-size the head's own draft_vocab.json")
+    try:
+        existing = DraftVocabulary.load(args.out)
+    except UnsupportedModelError as exc:
+        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+    if existing is None:
+        raise SystemExit(f"eagle-hal train-draft: {args.out} has no draft_vocab.json to re-size "
+                         "and no data set to count")
+    counts = torch.zeros(existing.vocab_size, dtype=torch.int64)
+    counts[list(existing.token_ids)] = torch.tensor(existing.counts, dtype=torch.int64)
+    coverage = args.draft_vocab_coverage
+    vocabulary = DraftVocabulary.from_counts(
+        counts, coverage=coverage, source=dict(existing.source, coverage=coverage))
+    path = vocabulary.save(args.out)
+    print(f"draft vocabulary: default {existing.default_size:,} -> {vocabulary.default_size:,} "
+          f"tokens (keeps {vocabulary.coverage(vocabulary.default_size):.3f}) -> {path}",
+          file=sys.stderr, flush=True)
     return 0

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from eagle_hal.backend import Backend
 from eagle_hal.engine.request import FinishReason, Request, SamplingParams
 from eagle_hal.model.llama import LlamaForCausalLM
+from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
 __all__ = [
@@ -40,73 +41,6 @@ __all__ = [
 
 _MARKER = "\u2402EAGLE-HAL-USER-TURN\u2402"  # never produced by a tokenizer's decode
 _MIN_CANCELLED_ANSWER = 16  # a time-budget cut keeps partial answers at least this long
-
-# Generic openers of a user's request, written for eagle-hal (no data set's or benchmark's
-# prompts): the kinds of work people ask a chat model for — writing, advice, explanation,
-# role play, reasoning, arithmetic, code, editing, extraction. "" leaves the prompt free.
-BUILTIN_PROMPT_OPENERS: tuple[str, ...] = (
-    "",
-    "",
-    "Write a",
-    "Explain",
-    "How can I",
-    "What are the",
-    "Can you help me",
-    "Describe",
-    "Pretend you are",
-    "You are a",
-    "Solve",
-    "Calculate",
-    "If a",
-    "Write a Python function",
-    "Write a program",
-    "Fix this code:",
-    "Rewrite the following",
-    "Summarize",
-    "Here is a text.",
-    "From the text below,",
-    "Compare",
-    "Give me a list of",
-    "Compose",
-    "Tell me",
-)
-
-# A broader set, written for eagle-hal from no data set or benchmark: many more kinds of
-# writing, explanation, reasoning, code and editing requests. A head trained on BUILTIN's
-# prompts agreed with the target's greedy token 0.69 of the time on answers to prompts like
-# its own but 0.46 on answers to MT-bench first turns (docs/training.md).
-BROAD_PROMPT_OPENERS: tuple[str, ...] = (
-    "",
-    "",
-    # writing
-    "Write a", "Compose", "Write a short story about", "Write a poem about", "Write a blog post about",
-    "Write an email to", "Write a letter to", "Write a speech", "Write a product description for",
-    "Write a dialogue between", "Write a persuasive paragraph", "Write a haiku",
-    "Write a news article", "Write a review of", "Write a cover letter", "Draft a", "Compose a",
-    "Create a slogan for",
-    # explanation
-    "Explain", "Describe", "What are the", "Explain why", "Explain how", "Explain the concept of", "Explain to a child", "Why do",
-    "Why is the", "How does", "How do", "What is the difference between", "What is",
-    "What causes", "Describe the history of", "Describe how", "Describe a",
-    # advice and planning
-    "How can I", "Can you help me", "Give me advice on", "Give me tips for", "Create a plan for",
-    "Suggest", "Recommend", "What should I",
-    # role play
-    "Pretend you are", "Imagine you are", "Act as a", "You are a", "Roleplay as",
-    # reasoning and arithmetic
-    "Solve", "Calculate", "If a", "A train", "What is the probability", "How many",
-    "Find the value of", "Prove that", "Is it true that", "Answer this riddle:",
-    # code
-    "Write a Python function", "Write a program", "Write a JavaScript function",
-    "Write a SQL query", "Implement", "Fix this code:", "What does this code do?",
-    "Write a C++ program",
-    # editing and extraction
-    "Rewrite the following", "Summarize", "Here is a text.", "From the text below,",
-    "Correct the grammar", "Translate", "Extract", "Classify", "Paraphrase",
-    # analysis and lists
-    "Compare", "Give me a list of", "List", "Analyze", "Discuss", "What are the pros and cons of",
-    "Tell me", "Brainstorm", "What would happen if", "Evaluate",
-)
 
 
 class ChatTokenizer(Protocol):

@@ -1,0 +1,35 @@
+# A draft head's whole job in one process session, as headE_job.sh ran head E: data,
+# training, then 80 MT-bench first turns next to plain decoding, and the shipped head on the
+# same prompts and machine. Started by leaseBD_call2.sh with setsid from a copy of the
+# checkout (/root/eh), so it outlives the 10-minute call; wait_job.sh waits for it.
+# Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES
+# Issue 8: data + training under 25 GPU-minutes; chain S = 5 >= 3.0 and tree K = 4, N >= 8
+# >= 3.5 (head E on an H100: 2.68, 3.96).
+NAME=$1; SEED=$2; DATA_MIN=$3; TRAIN_MIN=$4
+cd /root/eh || exit 1
+source tools/h200/env.sh
+T=/root/train; H=$T/head$NAME; mkdir -p $T/out
+note() { echo "$(date -u +%H:%M:%S) $*" >> $T/status; }
+note "start head $NAME: seed $SEED, data $DATA_MIN min, training $TRAIN_MIN min"
+python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
+  --out $H --data $T/data.safetensors \
+  --num-prompts 400000 --gen-batch-size 256 --max-new-tokens 256 --max-prompt-tokens 128 \
+  --prompt-openers broad-passages --prompt-temperatures 0.7,0.85,1.0 \
+  --answer-temperatures 0,0,0.3,0.7 --seed $SEED --time-budget-min $DATA_MIN > $T/data.log 2>&1
+note "data rc $?"
+python3 -m eagle_hal train-draft --stage train --device cuda:0 --model "$GGUF" \
+  --out $H --data $T/data.safetensors \
+  --steps 60000 --batch-size 32 --unroll-steps 3 --seed 0 --validate-every 4000 \
+  --regression-weight 0.0 --cross-entropy-weight 1.0 --time-budget-min $TRAIN_MIN > $T/train.log 2>&1
+note "train rc $?"
+bench() {  # head, out, modes
+  python3 -m eagle_hal bench --device cuda:0 --backend cuda --model "$GGUF" --dataset "$MTBENCH" \
+    --dtype bfloat16 --draft $1 --max-new-tokens 256 --num-prompts 80 --batch-sizes 1 \
+    --modes $3 --draft-vocab full --repeats 1 --no-split --out $T/out/$2
+}
+bench $H bs1new plain,chain:S5,tree:S5K4N16,tree:S8K4N48 > $T/bench.log 2>&1
+note "bench rc $?"
+bench core/src/eagle_hal/data/eagle1-smollm2-135m-instruct bs1shipped plain,chain:S5,tree:S8K4N48 \
+  > $T/benchD.log 2>&1
+note "bench shipped rc $?"
+touch $T/done
