@@ -31,8 +31,8 @@ from typing import Any, Protocol
 from eagle_hal.backend import Backend
 from eagle_hal.engine.request import FinishReason, Request, SamplingParams
 from eagle_hal.model.llama import LlamaForCausalLM
-from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
+from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 
 __all__ = [
     "BROAD_PROMPT_OPENERS", "BUILTIN_PROMPT_OPENERS", "ChatTokenizer", "DistillConfig",
