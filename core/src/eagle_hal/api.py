@@ -119,7 +119,9 @@ class LLM:
         min_admit: int = 1,
     ) -> LLM:
         """An ``LLM`` over models already built (tests, the conformance suite, training).
-        ``min_admit``: see ``SchedulerConfig.min_admit``."""
+        ``spec`` defaults to ``SpecConfig()`` (a chain of S = 5), the same on every backend,
+        so that these callers measure one setting everywhere; ``LLM(...)`` defaults to the
+        backend's ``default_spec()`` instead. ``min_admit``: see ``SchedulerConfig.min_admit``."""
         llm = cls.__new__(cls)
         llm._setup(
             backend, target, draft, tokenizer, spec or SpecConfig(), target.dtype,
