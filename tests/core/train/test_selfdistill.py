@@ -99,7 +99,7 @@ def test_openers_file(tmp_path):
     """One opener a line (a byte-order mark is not part of the first); an empty file or a
     missing one is an error that says what to give instead."""
     from eagle_hal.commands.train_draft import _openers
-    from eagle_hal.train.selfdistill import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
+    from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 
     path = tmp_path / "openers.txt"
     path.write_text("Write a\n\nSolve\n", encoding="utf-8-sig")

@@ -32,11 +32,10 @@ from eagle_hal.backend import Backend
 from eagle_hal.engine.request import FinishReason, Request, SamplingParams
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
-from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, BUILTIN_PROMPT_OPENERS
 
 __all__ = [
-    "BROAD_PROMPT_OPENERS", "BUILTIN_PROMPT_OPENERS", "ChatTokenizer", "DistillConfig",
-    "file_sha256", "generate_dataset", "graph_buckets", "user_turn_prefix",
+    "ChatTokenizer", "DistillConfig", "file_sha256", "generate_dataset", "graph_buckets",
+    "user_turn_prefix",
 ]
 
 _MARKER = "\u2402EAGLE-HAL-USER-TURN\u2402"  # never produced by a tokenizer's decode
