@@ -1,6 +1,6 @@
 # A draft head's whole job in one process session, as headE_job.sh ran head E: data,
 # training, then 80 MT-bench first turns next to plain decoding, and the shipped head on the
-# same prompts and machine. Started by leaseBD_call2.sh with setsid from a copy of the
+# same prompts and machine. Started by head_call2.sh with setsid from a copy of the
 # checkout (/root/eh), so it outlives the 10-minute call; wait_job.sh waits for it.
 # Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES
 # Issue 8: data + training under 25 GPU-minutes; chain S = 5 >= 3.0 and tree K = 4, N >= 8

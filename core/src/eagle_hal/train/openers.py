@@ -80,9 +80,10 @@ BROAD_PROMPT_OPENERS: tuple[str, ...] = (
 )
 
 # Requests about a text that the prompt carries: each ends in a blank line, so the target
-# writes the passage itself and the request is about it. The shipped head (head E) was
-# trained on BROAD_PROMPT_OPENERS followed by these ("broad-passages"): head D agreed least
-# with the target where its answers copy from the prompt (extraction, docs/training.md).
+# writes the passage itself and the request is about it. The shipped head (head F, as head
+# E before it) was trained on BROAD_PROMPT_OPENERS followed by these ("broad-passages"):
+# head D agreed least with the target where its answers copy from the prompt (extraction,
+# docs/training.md).
 PASSAGE_PROMPT_OPENERS: tuple[str, ...] = (
     "Read the following article and answer the question at the end.\n\n",
     "Here is a movie review:\n\n",
