@@ -2,9 +2,10 @@
 # training, then 80 MT-bench first turns next to plain decoding, and the shipped head on the
 # same prompts and machine. Started by head_call2.sh with setsid from a copy of the
 # checkout (/root/eh), so it outlives the 10-minute call; wait_job.sh waits for it.
-# Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES
+# Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES (ANSWER_TEMPS=... overrides the
+# answers' temperatures, 0,0,0.3,0.7)
 # Issue 8: data + training under 25 GPU-minutes; chain S = 5 >= 3.0 and tree K = 4, N >= 8
-# >= 3.5 (head E on an H100: 2.68, 3.96).
+# >= 3.5 (head F on an H100: 2.81, 4.13).
 NAME=$1; SEED=$2; DATA_MIN=$3; TRAIN_MIN=$4
 cd /root/eh || exit 1
 source tools/h200/env.sh
@@ -15,7 +16,7 @@ python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
   --out $H --data $T/data.safetensors \
   --num-prompts 400000 --gen-batch-size 256 --max-new-tokens 256 --max-prompt-tokens 128 \
   --prompt-openers broad-passages --prompt-temperatures 0.7,0.85,1.0 \
-  --answer-temperatures 0,0,0.3,0.7 --seed $SEED --time-budget-min $DATA_MIN > $T/data.log 2>&1
+  --answer-temperatures "${ANSWER_TEMPS:-0,0,0.3,0.7}" --seed $SEED --time-budget-min $DATA_MIN > $T/data.log 2>&1
 note "data rc $?"
 python3 -m eagle_hal train-draft --stage train --device cuda:0 --model "$GGUF" \
   --out $H --data $T/data.safetensors \
