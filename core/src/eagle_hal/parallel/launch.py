@@ -115,6 +115,14 @@ def _rank_main(
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    # A rank that finished leaves without the interpreter's shutdown: C++ threads still
+    # held by torch's collectives at exit abort the process ("terminate called without an
+    # active exception", SIGABRT, after rank 0 had printed everything: seen in full CPU
+    # test runs even after the barrier). Its output is flushed first; a rank that raised
+    # does not get here, and spawn reports its traceback.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 # -- eagle-hal generate --tp N --------------------------------------------------------------
