@@ -131,7 +131,9 @@ def _has_aten_parent(event) -> bool:  # noqa: ANN001
     return False
 
 
-def _baseline(rev: str, argv: list[str]) -> dict[str, dict]:
+def run_baseline(rev: str, argv: list[str], script: str = __file__):  # noqa: ANN201 - its JSON
+    """Run ``script`` with ``argv`` and ``--json`` over the sources of git revision ``rev``
+    (``git archive``, on ``PYTHONPATH``); returns the JSON of its last line."""
     with tempfile.TemporaryDirectory() as tmp:
         archive = Path(tmp) / "src.tar"
         subprocess.run(["git", "-C", str(_REPO), "archive", "-o", str(archive), rev, *_SOURCE_DIRS],
@@ -139,7 +141,7 @@ def _baseline(rev: str, argv: list[str]) -> dict[str, dict]:
         with tarfile.open(archive) as tar:
             tar.extractall(tmp, filter="data")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(Path(tmp) / d) for d in _SOURCE_DIRS))
-        out = subprocess.run([sys.executable, __file__, *argv, "--json"], env=env, check=True,
+        out = subprocess.run([sys.executable, script, *argv, "--json"], env=env, check=True,
                              capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -156,7 +158,7 @@ def main() -> int:
     torch.set_num_threads(1)
     argv = ["--device", args.device, "--iterations", str(args.iterations),
             "--batch-size", str(args.batch_size), "--temperature", str(args.temperature)]
-    base = _baseline(args.baseline, argv) if args.baseline else None
+    base = run_baseline(args.baseline, argv) if args.baseline else None
     current = measure(args.device, args.iterations, args.batch_size, args.temperature)
     if args.json:
         print(json.dumps(current))

@@ -172,7 +172,7 @@ class Engine:
 
     def _out_of_context(self, request: Request) -> bool:
         headroom = self.worker.headroom(1)
-        return len(request.all_ids) + headroom >= self.scheduler.config.max_context
+        return request.num_tokens + headroom >= self.scheduler.config.max_context
 
     def _delta(self, request: Request) -> StreamDelta | None:
         text = safe_stream_text(request) if self.detokenizer is not None else ""

@@ -183,7 +183,8 @@ class RequestTokenTable:
         least ``new_len``. Raises ``KVCacheExhausted`` or ``ContextTooLong`` (state
         unchanged); ``ValueError`` if ``new_len`` is below the current length (use
         ``truncate``)."""
-        old_len = self.length(row)
+        pages = self._row_pages(row)
+        old_len = self._lengths[row]
         if new_len < old_len:
             raise ValueError(f"reserve({new_len}) below row {row}'s length {old_len}; use truncate")
         if new_len > self.max_context:
@@ -191,7 +192,9 @@ class RequestTokenTable:
                 f"request row {row} would need {new_len} positions; the table holds "
                 f"{self.max_context} (raise max_context or shorten the request)"
             )
-        self._pages[row].extend(self.allocator.allocate(self.pages_needed(row, new_len)))
+        needed = -(-new_len // self.page_size) - len(pages)
+        if needed > 0:  # called per request and decode step: most calls need no page
+            pages.extend(self.allocator.allocate(needed))
         self._lengths[row] = new_len
         if new_len > old_len:
             start, end = self._dirty.get(row, (old_len, new_len))
@@ -223,10 +226,12 @@ class RequestTokenTable:
 
     def slots(self, row: int, start: int, end: int) -> list[int]:
         """Slots of positions ``[start, end)`` of ``row``; ``end`` must not pass its length."""
-        length = self.length(row)
+        pages, length = self._row_pages(row), self._lengths[row]
         if not 0 <= start <= end <= length:
             raise ValueError(f"positions [{start}, {end}) outside row {row}'s length {length}")
-        pages, size = self._pages[row], self.page_size
+        size = self.page_size
+        if size == 1:
+            return pages[start:end]
         return [pages[p // size] * size + p % size for p in range(start, end)]
 
     def take_dirty_ranges(self) -> dict[int, tuple[int, int]]:

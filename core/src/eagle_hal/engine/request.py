@@ -125,6 +125,8 @@ class Request:
     num_detokenized: int = 0
     streamed_tokens: int = 0
     streamed_chars: int = 0
+    _stop_ids: tuple[SamplingParams, tuple[int, ...], frozenset[int]] | None = dataclasses.field(
+        default=None, repr=False, compare=False)  # stop_token_set's, with what it came from
 
     def __post_init__(self) -> None:
         self.stats.prompt_tokens = len(self.prompt_ids)
@@ -132,6 +134,11 @@ class Request:
     @property
     def all_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
+
+    @property
+    def num_tokens(self) -> int:
+        """``len(all_ids)`` without building it."""
+        return len(self.prompt_ids) + len(self.output_ids)
 
     @property
     def finished(self) -> bool:
@@ -142,10 +149,14 @@ class Request:
         return self.params.max_new_tokens - len(self.output_ids)
 
     def stop_token_set(self) -> frozenset[int]:
-        ids = set(self.params.stop_token_ids)
-        if not self.params.ignore_eos:
-            ids.update(self.eos_token_ids)
-        return frozenset(ids)
+        """The ids that end the request: its stop ids, and EOS unless ``ignore_eos``."""
+        cached = self._stop_ids  # asked per request and step: built once per params and EOS
+        if cached is None or cached[0] is not self.params or cached[1] is not self.eos_token_ids:
+            ids = set(self.params.stop_token_ids)
+            if not self.params.ignore_eos:
+                ids.update(self.eos_token_ids)
+            cached = self._stop_ids = (self.params, self.eos_token_ids, frozenset(ids))
+        return cached[2]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
