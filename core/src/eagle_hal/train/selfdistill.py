@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from eagle_hal.backend import Backend
 from eagle_hal.engine.request import FinishReason, Request, SamplingParams
+from eagle_hal.engine.step_ledger import StepLedger
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
@@ -103,6 +104,20 @@ class DistillConfig:
     def max_context(self) -> int:
         """Context the answers need: template + prompt + answer, with room to spare."""
         return 2 * self.max_prompt_tokens + self.max_new_tokens + 128
+
+
+def _time_report(ledger: StepLedger, seconds: float) -> str:
+    """Where generation's wall time went, by step kind (``engine.step_ledger``): a step is
+    charged the time since the previous one ended, so the host's work between steps
+    (tokenizing prompts, queueing answers) counts in the step after it."""
+    parts = []
+    for kind, buckets in ledger.summary().items():
+        steps = sum(b["steps"] for b in buckets.values())
+        spent = sum(b["seconds"] for b in buckets.values())
+        batch = sum(b["mean_batch"] * b["steps"] for b in buckets.values()) / max(steps, 1)
+        parts.append(f"{kind} {spent:.0f} s in {steps} steps ({1e3 * spent / max(steps, 1):.2f} "
+                     f"ms a step, mean batch {batch:.0f})")
+    return f"self-distilling took {seconds:.0f} s: " + "; ".join(parts)
 
 
 def graph_buckets(max_batch_size: int) -> tuple[int, ...]:
@@ -196,6 +211,7 @@ def generate_dataset(
             file=sys.stderr,
         )
     engine = llm.engine
+    engine.ledger = ledger = StepLedger()  # where the time went, printed at the end
     prefix = user_turn_prefix(tokenizer)
     opener_ids = {
         text: tuple(tokenizer.encode(text, add_special_tokens=False)) if text else ()
@@ -203,6 +219,7 @@ def generate_dataset(
     }
     eos = tuple(tokenizer.eos_token_ids)
     started = time.perf_counter()
+    ledger.start(started)
     budget = config.time_budget_s
     jobs: dict[int, tuple[Request, _Job]] = {}
     seen_prompts: set[str] = set()
@@ -302,6 +319,8 @@ def generate_dataset(
         engine.forget(request)
     bar.close()
     seconds = time.perf_counter() - started
+    if progress:
+        print(_time_report(ledger, seconds), file=sys.stderr)
     kept.sort(key=lambda item: item[0])  # prompt order, whatever order answers finished in
     held_out = [index % config.validation_every == 0 for index, _, _, _ in kept]
     if not kept or all(held_out) or not any(held_out):
