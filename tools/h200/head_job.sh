@@ -3,7 +3,7 @@
 # same prompts and machine. Started by head_call2.sh with setsid from a copy of the
 # checkout (/root/eh), so it outlives the 10-minute call; wait_job.sh waits for it.
 # Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES (ANSWER_TEMPS=... overrides the
-# answers' temperatures, 0,0,0.3,0.7)
+# answers' temperatures, 0,0,0.3,0.7; GEN_BATCH the data stage's batch, 256)
 # Issue 8: data + training under 25 GPU-minutes; chain S = 5 >= 3.0 and tree K = 4, N >= 8
 # >= 3.5 (head F on an H100: 2.81, 4.13).
 NAME=$1; SEED=$2; DATA_MIN=$3; TRAIN_MIN=$4
@@ -12,9 +12,14 @@ source tools/h200/env.sh
 T=/root/train; H=$T/head$NAME; mkdir -p $T/out
 note() { echo "$(date -u +%H:%M:%S) $*" >> $T/status; }
 note "start head $NAME: seed $SEED, data $DATA_MIN min, training $TRAIN_MIN min"
+# the host's own work per request and decode step on this machine's CPU (no GPU, ~1 min;
+# CPU cores the data stage leaves idle): with the data log's ms a decode step it tells
+# whether the data stage waits on the host or on the device
+(python3 benchmarks/bench_engine_host.py --batch-sizes 64,256 --temperature 0.7 \
+  > $T/host.txt 2>&1 &)
 python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
   --out $H --data $T/data.safetensors \
-  --num-prompts 400000 --gen-batch-size 256 --max-new-tokens 256 --max-prompt-tokens 128 \
+  --num-prompts 400000 --gen-batch-size ${GEN_BATCH:-256} --max-new-tokens 256 --max-prompt-tokens 128 \
   --prompt-openers broad-passages --prompt-temperatures 0.7,0.85,1.0 \
   --answer-temperatures "${ANSWER_TEMPS:-0,0,0.3,0.7}" --seed $SEED --time-budget-min $DATA_MIN > $T/data.log 2>&1
 note "data rc $?"
