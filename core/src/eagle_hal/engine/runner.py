@@ -7,6 +7,7 @@ from the selected ``Backend``. The worker asks it for forward batches and model 
 
 from __future__ import annotations
 
+import array
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -137,7 +138,8 @@ class ModelRunner:
         # allocated pinned (``Tensor.pin_memory()`` first asks the driver whether the
         # tensor is pinned: ~0.3 ms a call on an H200 host under the profiler, lease AK)
         host = torch.empty(len(values), dtype=torch.int64, pin_memory=self.device.type != "cpu")
-        host.copy_(torch.tensor(values, dtype=torch.int64))
+        if values:  # through an int64 array: a quarter of torch.tensor(list)'s time
+            host.copy_(torch.frombuffer(array.array("q", values), dtype=torch.int64))
         flat = host.to(self.device, non_blocking=True)
         padded = flat.split([n + n % 2 for n in spans])
         return [view[:n] for view, n in zip(padded, spans)]

@@ -48,7 +48,7 @@ def append_tokens(
     """
     stop_ids = request.stop_token_set()
     stops = request.params.stop
-    longest_stop = max((len(s) for s in stops), default=0)
+    longest_stop = max(map(len, stops)) if stops else 0
     consumed = 0
     for token in tokens:
         consumed += 1
