@@ -38,7 +38,7 @@ _DATA_SHARE = 0.45  # of the time budget, under --stage all
 
 # settings only the data stage reads: left out of a --stage train command line
 _DATA_ONLY = frozenset({
-    "num_prompts", "max_prompt_tokens", "max_new_tokens", "gen_batch_size",
+    "num_prompts", "max_prompt_tokens", "max_new_tokens", "gen_batch_size", "data_workers",
     "validation_fraction", "prompt_openers", "prompt_temperatures", "answer_temperatures",
 })
 
@@ -110,6 +110,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     data.add_argument("--max-prompt-tokens", type=int, default=96)
     data.add_argument("--max-new-tokens", type=int, default=256)
     data.add_argument("--gen-batch-size", type=int, default=128, help="requests decoded together")
+    data.add_argument(
+        "--data-workers",
+        type=int,
+        default=1,
+        help="processes that generate on the one device, each with --gen-batch-size requests "
+        "(at large batches the host's per-request work bounds a process: train.distill_workers)",
+    )
     data.add_argument("--validation-fraction", type=float, default=0.05)
     data.add_argument(
         "--prompt-openers",
@@ -168,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     # Next to the head, not inside it: the head directory may become package data.
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
     vocabulary.check_arguments(args)
+    if args.data_workers < 1:
+        raise SystemExit(f"eagle-hal train-draft: --data-workers must be >= 1, got {args.data_workers}")
     if args.stage == "vocab":
         paths = args.vocab_data or [data_path]
         if not args.vocab_data and args.data is None and not data_path.is_file():
@@ -259,13 +268,13 @@ def _generate(
         max_batch_size=args.gen_batch_size,
         time_budget_s=budget,
     )
-    return generate_dataset(
-        backend,
-        target,
-        tokenizer,
-        config,
-        target_name=str(model_path),
-        target_sha256=sha,
-        command=command,
-        progress=progress,
+    named = dict(target_name=str(model_path), target_sha256=sha, command=command,
+                 progress=progress)
+    if args.data_workers == 1:
+        return generate_dataset(backend, target, tokenizer, config, **named)
+    from eagle_hal.train.distill_workers import TargetSource, generate_dataset_in_workers
+
+    source = TargetSource.of(model_path, backend, target.dtype)
+    return generate_dataset_in_workers(
+        backend, target, tokenizer, config, source, args.data_workers, **named
     )

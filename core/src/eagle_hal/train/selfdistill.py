@@ -35,8 +35,8 @@ from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
 __all__ = [
-    "ChatTokenizer", "DistillConfig", "file_sha256", "generate_dataset", "graph_buckets",
-    "user_turn_prefix",
+    "ChatTokenizer", "DistillConfig", "Shard", "build_dataset", "file_sha256",
+    "generate_dataset", "generate_shard", "graph_buckets", "user_turn_prefix",
 ]
 
 _MARKER = "\u2402EAGLE-HAL-USER-TURN\u2402"  # never produced by a tokenizer's decode
@@ -165,6 +165,18 @@ class _Job:
     prompt_ids: list[int] | None = None  # the templated prompt, once answering
 
 
+Kept = tuple[int, list[int], int, float]  # (prompt index, sequence, answer start, temperature)
+
+
+@dataclasses.dataclass(slots=True)
+class Shard:
+    """What one shard of the prompts produced (``generate_shard``)."""
+
+    kept: list[Kept]
+    seconds: float
+    report: str  # where its time went (``_time_report``)
+
+
 def generate_dataset(
     backend: Backend,
     target: LlamaForCausalLM,
@@ -183,6 +195,26 @@ def generate_dataset(
     engine step); at the budget, what still runs is cut (answers of 16+ tokens are kept).
     Raises ``RuntimeError`` when nothing usable was generated (e.g. a tiny budget).
     """
+    shard = generate_shard(backend, target, tokenizer, config, progress=progress)
+    if progress:
+        print(shard.report, file=sys.stderr)
+    return build_dataset([shard], config, target_name=target_name, target_sha256=target_sha256,
+                         command=command)
+
+
+def generate_shard(
+    backend: Backend,
+    target: LlamaForCausalLM,
+    tokenizer: ChatTokenizer,
+    config: DistillConfig,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    progress: bool = True,
+) -> Shard:
+    """``generate_dataset``'s generation for the prompt indices ``i, i + n, i + 2n, …`` below
+    ``config.num_prompts`` (``shard = (i, n)``): every prompt's opener, temperatures and
+    sampling seeds follow from its index alone, so shards in separate processes
+    (``train.distill_workers``) together generate what one process would."""
     from tqdm import tqdm
 
     from eagle_hal.api import LLM
@@ -205,11 +237,8 @@ def generate_dataset(
     # 100+ requests an eager decode step is launch-bound (about 3x slower on an H200).
     graphs = llm.runner.enable_graphs(graph_buckets(config.max_batch_size))
     if progress:
-        print(
-            f"self-distilling on {backend.name}: up to {config.max_batch_size} requests at once, "
-            f"device graphs {'on' if graphs else 'off'}",
-            file=sys.stderr,
-        )
+        print(f"self-distilling on {backend.name}: up to {config.max_batch_size} requests at "
+              f"once, device graphs {'on' if graphs else 'off'}", file=sys.stderr)
     engine = llm.engine
     engine.ledger = ledger = StepLedger()  # where the time went, printed at the end
     prefix = user_turn_prefix(tokenizer)
@@ -223,11 +252,14 @@ def generate_dataset(
     budget = config.time_budget_s
     jobs: dict[int, tuple[Request, _Job]] = {}
     seen_prompts: set[str] = set()
-    kept: list[tuple[int, list[int], int, float]] = []  # (prompt index, sequence, answer start, T)
+    kept: list[Kept] = []
     issued, generated_tokens, engine_steps = 0, 0, 0
     exchange_steps = config.max_prompt_tokens + config.max_new_tokens + 2  # decode steps, at most
+    first, every = shard
+    if not 0 <= first < every:
+        raise ValueError(f"shard {shard}: expected (i, n) with 0 <= i < n")
     bar = tqdm(
-        total=config.num_prompts,
+        total=len(range(first, config.num_prompts, every)),
         desc="self-distilling",
         unit=" answers",
         disable=not progress,
@@ -264,15 +296,16 @@ def generate_dataset(
             budget is not None and elapsed + 1.2 * exchange_steps * step_seconds >= budget
         )
         while (
-            issued < config.num_prompts
+            first + issued * every < config.num_prompts
             and len(jobs) < 2 * config.max_batch_size
             and not stop_issuing
         ):
-            temperature = config.prompt_temperatures[issued % len(config.prompt_temperatures)]
-            opener = opener_ids[config.opener(issued)]
+            index = first + issued * every
+            temperature = config.prompt_temperatures[index % len(config.prompt_temperatures)]
+            opener = opener_ids[config.opener(index)]
             submit(
                 prefix + list(opener),
-                _Job(issued, answering=False, temperature=temperature, opener_ids=opener),
+                _Job(index, answering=False, temperature=temperature, opener_ids=opener),
                 config.max_prompt_tokens,
             )
             issued += 1
@@ -319,13 +352,29 @@ def generate_dataset(
         engine.forget(request)
     bar.close()
     seconds = time.perf_counter() - started
-    if progress:
-        print(_time_report(ledger, seconds), file=sys.stderr)
-    kept.sort(key=lambda item: item[0])  # prompt order, whatever order answers finished in
-    held_out = [index % config.validation_every == 0 for index, _, _, _ in kept]
-    if not kept or all(held_out) or not any(held_out):
+    return Shard(kept, seconds, _time_report(ledger, seconds))
+
+
+def build_dataset(
+    shards: Sequence[Shard],
+    config: DistillConfig,
+    *,
+    target_name: str = "",
+    target_sha256: str = "",
+    command: str = "",
+) -> DistillDataset:
+    """The data set of what ``shards`` kept, in prompt order. A prompt that several shards
+    wrote alike is kept once, at its lowest index (within a shard duplicates are never
+    answered). Raises ``RuntimeError`` when nothing usable was generated."""
+    unique: dict[tuple[int, ...], Kept] = {}  # by the templated prompt's ids
+    for item in sorted((k for shard in shards for k in shard.kept), key=lambda k: k[0]):
+        unique.setdefault(tuple(item[1][: item[2]]), item)
+    items = list(unique.values())
+    seconds = max((shard.seconds for shard in shards), default=0.0)
+    held_out = [index % config.validation_every == 0 for index, _, _, _ in items]
+    if not items or all(held_out) or not any(held_out):
         raise RuntimeError(
-            f"self-distillation produced {len(kept)} usable sequences in {seconds:.0f} s "
+            f"self-distillation produced {len(items)} usable sequences in {seconds:.0f} s "
             "(need training and validation ones): raise --num-prompts or the time budget"
         )
     info = DatasetInfo(
@@ -343,9 +392,9 @@ def generate_dataset(
         command=command,
     )
     return DistillDataset.from_sequences(
-        [seq for _, seq, _, _ in kept],
-        [start for _, _, start, _ in kept],
+        [seq for _, seq, _, _ in items],
+        [start for _, _, start, _ in items],
         held_out,
-        [temperature for _, _, _, temperature in kept],
+        [temperature for _, _, _, temperature in items],
         info,
     )
