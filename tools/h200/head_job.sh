@@ -3,7 +3,8 @@
 # same prompts and machine. Started by head_call2.sh with setsid from a copy of the
 # checkout (/root/eh), so it outlives the 10-minute call; wait_job.sh waits for it.
 # Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES (ANSWER_TEMPS=... overrides the
-# answers' temperatures, 0,0,0.3,0.7; GEN_BATCH the data stage's batch, 256)
+# answers' temperatures, 0,0,0.3,0.7; GEN_BATCH the data stage's batch, 256; DATA_WORKERS
+# its processes, 2)
 # Issue 8: data + training under 25 GPU-minutes; chain S = 5 >= 3.0 and tree K = 4, N >= 8
 # >= 3.5 (head F on an H100: 2.81, 4.13).
 NAME=$1; SEED=$2; DATA_MIN=$3; TRAIN_MIN=$4
@@ -17,12 +18,22 @@ note "start head $NAME: seed $SEED, data $DATA_MIN min, training $TRAIN_MIN min"
 # whether the data stage waits on the host or on the device
 (python3 benchmarks/bench_engine_host.py --batch-sizes 64,256 --temperature 0.7 \
   > $T/host.txt 2>&1 &)
-python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
-  --out $H --data $T/data.safetensors \
-  --num-prompts 400000 --gen-batch-size ${GEN_BATCH:-256} --max-new-tokens 256 --max-prompt-tokens 128 \
-  --prompt-openers broad-passages --prompt-temperatures 0.7,0.85,1.0 \
-  --answer-temperatures "${ANSWER_TEMPS:-0,0,0.3,0.7}" --seed $SEED --time-budget-min $DATA_MIN > $T/data.log 2>&1
-note "data rc $?"
+data() {  # workers, minutes
+  python3 -m eagle_hal train-draft --stage data --device cuda:0 --model "$GGUF" \
+    --out $H --data $T/data.safetensors --data-workers $1 \
+    --num-prompts 400000 --gen-batch-size ${GEN_BATCH:-256} --max-new-tokens 256 --max-prompt-tokens 128 \
+    --prompt-openers broad-passages --prompt-temperatures 0.7,0.85,1.0 \
+    --answer-temperatures "${ANSWER_TEMPS:-0,0,0.3,0.7}" --seed $SEED --time-budget-min $2
+}
+# DATA_WORKERS processes share the GPU (train.distill_workers; default 2, untried on a GPU
+# before this job): if that fails, one process generates for the minutes left
+start=$SECONDS
+data ${DATA_WORKERS:-2} $DATA_MIN > $T/data.log 2>&1
+rc=$?; note "data rc $rc (${DATA_WORKERS:-2} workers)"
+if [ $rc -ne 0 ]; then
+  left=$(python3 -c "print(round($DATA_MIN - ($SECONDS - $start) / 60, 2))")
+  data 1 $left > $T/data1.log 2>&1; note "data rc $? (1 worker, $left min)"
+fi
 python3 -m eagle_hal train-draft --stage train --device cuda:0 --model "$GGUF" \
   --out $H --data $T/data.safetensors \
   --steps 60000 --batch-size 32 --unroll-steps 3 --seed 0 --validate-every 4000 \

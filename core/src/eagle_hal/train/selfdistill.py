@@ -260,7 +260,7 @@ def generate_shard(
         raise ValueError(f"shard {shard}: expected (i, n) with 0 <= i < n")
     bar = tqdm(
         total=len(range(first, config.num_prompts, every)),
-        desc="self-distilling",
+        desc="self-distilling" + (f" (shard {first + 1} of {every})" if every > 1 else ""),
         unit=" answers",
         disable=not progress,
         file=sys.stderr,
