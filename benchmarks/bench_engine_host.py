@@ -109,6 +109,9 @@ def measure(batch_size: int, steps: int, max_new_tokens: int, temperature: float
         for delta in result:
             if delta.finished:
                 submit()
+    if not walls:
+        raise SystemExit(f"no step decoded a full batch of {batch_size}: give more --steps "
+                         "or --max-new-tokens")
     host = [w - f for w, f in zip(walls, forwards)]
     return {
         "batch_size": batch_size,
@@ -133,10 +136,16 @@ def main() -> None:
     torch.set_num_threads(1)  # steadier timings on a shared host
     baseline = None
     if args.baseline:  # first, so that both measure on an equally warm machine
-        forwarded = [a for a in sys.argv[1:] if not a.startswith("--baseline")
-                     and a != args.baseline]
+        forwarded, skip = [], False
+        for arg in sys.argv[1:]:  # all but --baseline REV (or --baseline=REV)
+            if skip or arg.startswith("--baseline="):
+                skip = False
+                continue
+            skip = arg == "--baseline"
+            if not skip:
+                forwarded.append(arg)
         baseline = run_baseline(args.baseline, forwarded, __file__)
-    measure(8, 50, args.max_new_tokens, args.temperature, args.tokenizer)  # warm-up
+    measure(8, 50, max(args.max_new_tokens, 8), args.temperature, args.tokenizer)  # warm-up
     rows = [measure(int(b), args.steps, args.max_new_tokens, args.temperature, args.tokenizer)
             for b in args.batch_sizes.split(",")]
     if args.json:
