@@ -107,6 +107,8 @@ def main() -> int:
     parser.add_argument("--ops", choices=["reference", "triton"], default="reference",
                         help="the CPU backend's reference ops, or the CUDA backend's Triton ones")
     parser.add_argument("--by-site", action="store_true", help="group by issuing source line")
+    parser.add_argument("--inside-replays", action="store_true",
+                        help="count the operations replayed graphs run too (phase 'replay')")
     args = parser.parse_args()
 
     from bench_host_overhead import build, spec_for  # noqa: PLC0415
@@ -123,6 +125,12 @@ def main() -> int:
     original_replay = emulated.EmulatedGraph.replay
 
     def replay(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if args.inside_replays:  # a device graph's kernels: counted as the replay's phase
+            before, counter.phase = counter.phase, "replay"
+            try:
+                return original_replay(self, *a, **k)
+            finally:
+                counter.phase = before
         counter.suspended += 1
         try:
             return original_replay(self, *a, **k)
@@ -161,10 +169,11 @@ def main() -> int:
         for (phase, _), n in counter.counts.items():
             per_phase[phase] += n
         total = sum(per_phase.values()) / args.iterations
+        where = "in all" if args.inside_replays else "outside replays"
         if args.by_site:
-            print(f"{mode}: {total:.1f} ops per iteration outside replays")
+            print(f"{mode}: {total:.1f} ops per iteration {where}")
         else:
-            print(f"{mode}: {total:.1f} ops per iteration outside replays; by phase "
+            print(f"{mode}: {total:.1f} ops per iteration {where}; by phase "
                   + ", ".join(f"{p} {n / args.iterations:.1f}" for p, n in per_phase.items()))
         width = max([14] + [len(phase) for phase, _ in counter.counts])
         for (phase, name), n in counter.counts.most_common(args.top):

@@ -64,6 +64,10 @@ class ModelRunner:
         self.draft = draft
         self.dtype = dtype
         fuse_for_inference(backend.model_kernels(), target, draft)
+        for model in (target, draft):  # cos/sin tabulated now, before any graph capture
+            rotary = getattr(model, "rotary", None)
+            if rotary is not None:
+                rotary.prepare(dtype)
         layout = backend.kv_layout().with_page_size(cache.page_size)
         if not backend.capabilities.supports_page_size(cache.page_size):
             raise ValueError(

@@ -128,17 +128,47 @@ def _inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling) -> t
 
 class RotaryEmbedding:
     """Rotary angles for a batch of positions. Not an ``nn.Module``: its inverse frequencies
-    stay float32 on the device they were built for, whatever dtype the model is cast to."""
+    stay float32 on the device they were built for, whatever dtype the model is cast to.
+
+    ``prepare`` tabulates cos and sin for every position the model takes (its
+    ``max_position_embeddings``, which bounds an engine's context): a forward then gathers
+    its rows with one operation instead of computing them with seven (cast, product,
+    concatenation, cos, sin, two casts), a device kernel each, in every forward of a
+    speculative iteration (the ``ModelRunner`` prepares its models)."""
+
+    MAX_TABLE_POSITIONS = 16384  # longer contexts compute per forward (a table of 16 MB+)
 
     def __init__(self, config: ModelConfig, device: torch.device | str) -> None:
         self.inv_freq = _inverse_frequencies(
             config.head_dim, config.rope_theta, config.rope_scaling
         ).to(device)  # [head_dim // 2]
+        self.max_positions = config.max_position_embeddings
+        self._tables: dict[torch.dtype, torch.Tensor] = {}  # dtype -> [2, positions, head_dim]
+
+    def prepare(self, dtype: torch.dtype) -> bool:
+        """Tabulate cos/sin in ``dtype`` on the device (outside any graph capture); whether a
+        table is in use (not past ``MAX_TABLE_POSITIONS``). Idempotent."""
+        if self.max_positions > self.MAX_TABLE_POSITIONS:
+            return False
+        if dtype not in self._tables:
+            positions = torch.arange(self.max_positions, device=self.inv_freq.device)
+            self._tables[dtype] = torch.stack(self._compute(positions, dtype))
+        return True
 
     def cos_sin(
         self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos``/``sin`` ``[T, head_dim]`` for ``positions`` ``[T]``; once per forward."""
+        """``cos``/``sin`` ``[T, head_dim]`` for ``positions`` ``[T]`` (each below the
+        model's ``max_position_embeddings``); once per forward."""
+        table = self._tables.get(dtype)
+        if table is None or table.device != positions.device:
+            return self._compute(positions, dtype)
+        rows = table.index_select(1, positions)  # [2, T, head_dim]
+        return rows[0], rows[1]
+
+    def _compute(
+        self, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         angles = positions.float()[:, None] * self.inv_freq[None, :]  # [T, head_dim // 2]
         angles = torch.cat([angles, angles], dim=-1)  # [T, head_dim]
         return angles.cos().to(dtype), angles.sin().to(dtype)
