@@ -17,6 +17,7 @@ from eagle_hal.ops.reference_checks import check_dims, check_mask_mode, check_ro
 __all__ = [
     "ancestor_mask",
     "build_verify_tree",
+    "check_grown_step",
     "first_candidate_id",
     "grow_tree_step",
     "organize_draft_tree",
@@ -35,6 +36,21 @@ def _best_k(scores: torch.Tensor, k: int) -> torch.Tensor:
     return torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
 
 
+def check_grown_step(
+    topk_probs: torch.Tensor, topk_ids: torch.Tensor, previous: TreeStep
+) -> tuple[int, int]:
+    """``(B, K)`` of a step past depth 1, whose inputs must be ``[B*K, K]`` (or ``[B, K,
+    K]``) for ``previous``'s frontier ``[B, K]``; raises ``TreeConfigError``."""
+    batch_size, topk = previous.scores.shape
+    if topk_probs.shape != topk_ids.shape or topk_probs.numel() != batch_size * topk * topk:
+        raise TreeConfigError(
+            f"step at depth {previous.depth + 1} needs topk_probs/topk_ids of shape "
+            f"[B*K, K] = [{batch_size * topk}, {topk}] (or [B, K, K]); got "
+            f"{tuple(topk_probs.shape)} and {tuple(topk_ids.shape)}"
+        )
+    return batch_size, topk
+
+
 def grow_tree_step(
     topk_probs: torch.Tensor, topk_ids: torch.Tensor, previous: TreeStep | None
 ) -> TreeStep:
@@ -48,13 +64,7 @@ def grow_tree_step(
         root_parents = torch.zeros_like(tokens)
         return TreeStep(1, scores, tokens, root_parents, node_ids, scores, tokens, root_parents)
 
-    batch_size, topk = previous.scores.shape
-    if topk_probs.shape != topk_ids.shape or topk_probs.numel() != batch_size * topk * topk:
-        raise TreeConfigError(
-            f"step at depth {previous.depth + 1} needs topk_probs/topk_ids of shape "
-            f"[B*K, K] = [{batch_size * topk}, {topk}] (or [B, K, K]); got "
-            f"{tuple(topk_probs.shape)} and {tuple(topk_ids.shape)}"
-        )
+    batch_size, topk = check_grown_step(topk_probs, topk_ids, previous)
     # Candidate k*K + j is child j of frontier branch k.
     child_probs = topk_probs.reshape(batch_size, topk, topk).float()
     candidate_scores = (previous.scores.unsqueeze(2) * child_probs).reshape(batch_size, -1)

@@ -178,3 +178,43 @@ def test_import_without_triton_names_the_missing_package():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "needs the 'triton' package" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("batch,topk,steps", [(1, 1, 3), (2, 2, 4), (3, 4, 5), (2, 3, 3),
+                                              (1, 8, 3), (2, 5, 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grow_tree_step(batch, topk, steps, dtype):
+    """Every step's frontier and candidates equal the reference's, bit for bit, with
+    probabilities in eighths (exact products, frequent ties: the lower index must win) fed
+    as [B*K, K] and as [B, K, K]; the drafts organised from them too."""
+    generator = torch.Generator().manual_seed(batch * 100 + topk * 10 + steps)
+
+    def eighths(*shape: int) -> torch.Tensor:
+        return (torch.randint(0, 9, shape, generator=generator).float() / 8).to(dtype)
+
+    root_probs, root_ids = eighths(batch, topk), torch.randint(0, 99, (batch, topk),
+                                                              generator=generator)
+    grown = {ops: [ops.grow_tree_step(*on_device(root_probs, root_ids), None)]
+             for ops in (REFERENCE, TRITON)}
+    for depth in range(1, steps):
+        probs = eighths(batch * topk, topk)
+        ids = torch.randint(0, 99, (batch * topk, topk), generator=generator)
+        if depth % 2:
+            probs, ids = probs.view(batch, topk, topk), ids.view(batch, topk, topk)
+        for ops, steps_so_far in grown.items():
+            steps_so_far.append(ops.grow_tree_step(*on_device(probs, ids), steps_so_far[-1]))
+    for expected, actual in zip(grown[REFERENCE], grown[TRITON], strict=True):
+        assert_same(expected, actual)
+    drafts = min(steps * topk, topk + (steps - 1) * topk * topk)
+    assert_same(REFERENCE.organize_draft_tree(grown[REFERENCE], drafts + 1),
+                TRITON.organize_draft_tree(grown[TRITON], drafts + 1))
+
+
+def test_grow_tree_step_rejects_what_the_reference_rejects():
+    from eagle_hal.hal.sampling import TreeConfigError
+
+    first = TRITON.grow_tree_step(*on_device(torch.rand(2, 3), torch.zeros(2, 3, dtype=torch.long)),
+                                  None)
+    with pytest.raises(TreeConfigError, match="depth 2"):
+        TRITON.grow_tree_step(*on_device(torch.rand(6, 2), torch.zeros(6, 2, dtype=torch.long)),
+                              first)

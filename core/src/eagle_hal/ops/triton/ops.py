@@ -14,7 +14,13 @@ import torch
 import triton
 
 from eagle_hal.backend import TreeMaskMode
-from eagle_hal.hal.sampling import AcceptResult, SamplingNoise, TreeConfigError, VerifyTree
+from eagle_hal.hal.sampling import (
+    AcceptResult,
+    SamplingNoise,
+    TreeConfigError,
+    TreeStep,
+    VerifyTree,
+)
 from eagle_hal.ops.reference import ReferenceSamplingOps
 from eagle_hal.ops.reference_bookkeeping import _check_accept
 from eagle_hal.ops.reference_checks import (
@@ -25,6 +31,7 @@ from eagle_hal.ops.reference_checks import (
     check_vocab,
     next_power_of_2,
 )
+from eagle_hal.ops.reference_tree import check_grown_step, first_candidate_id
 from eagle_hal.ops.reference_verify import _check_noise, _check_tree_inputs
 from eagle_hal.ops.triton import bookkeeping_kernels as _bookkeeping
 from eagle_hal.ops.triton import noise_kernels as _noise
@@ -55,6 +62,7 @@ class TritonSamplingOps(ReferenceSamplingOps):
     seeded noise."""
 
     fused_ops: tuple[str, ...] = (
+        "grow_tree_step",  # past depth 1 (the root's step is the reference's: no selection)
         "build_verify_tree",
         "masked_argmax",
         "verify_greedy",
@@ -75,6 +83,32 @@ class TritonSamplingOps(ReferenceSamplingOps):
         self.num_warps = num_warps
         self.vocab_block = vocab_block
         self.vocab_chunk = vocab_chunk
+
+    def grow_tree_step(
+        self, topk_probs: torch.Tensor, topk_ids: torch.Tensor, previous: TreeStep | None
+    ) -> TreeStep:
+        if previous is None:
+            return super().grow_tree_step(topk_probs, topk_ids, None)
+        batch_size, topk = check_grown_step(topk_probs, topk_ids, previous)
+        device, depth, count = topk_probs.device, previous.depth + 1, topk * topk
+
+        def empty(columns: int, dtype: torch.dtype) -> torch.Tensor:
+            return torch.empty(batch_size, columns, dtype=dtype, device=device)
+
+        step = TreeStep(
+            depth, empty(topk, torch.float32), empty(topk, torch.long), empty(topk, torch.long),
+            empty(topk, torch.long), empty(count, torch.float32), empty(count, torch.long),
+            empty(count, torch.long),
+        )
+        if batch_size:
+            _tree.grow_tree_kernel[(batch_size,)](
+                previous.scores.float().contiguous(), _long(previous.node_ids),
+                topk_probs.contiguous(), _long(topk_ids), step.candidate_scores,
+                step.candidate_tokens, step.candidate_parents, step.scores, step.tokens,
+                step.parent_branches, step.node_ids, first_candidate_id(depth, topk),
+                TOPK=topk, BLOCK=_block(count), num_warps=1 if count <= 256 else 4,
+            )
+        return step
 
     def build_verify_tree(
         self,

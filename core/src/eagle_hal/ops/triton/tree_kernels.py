@@ -1,6 +1,9 @@
-"""Triton kernel laying out the verify tree: tokens, positions, retrieve links, tree mask.
+"""Triton kernels of the draft tree: one step of its growth, and the verify tree's layout
+(tokens, positions, retrieve links, tree mask).
 
-One program per (request, node). The node walks up its parent chain to collect its
+``grow_tree_kernel``: one program per request scores its K * K candidates and picks the K
+best (ties to the lower index) by K masked max-reductions, in the order a stable
+descending sort gives. ``build_tree_kernel``: one program per (request, node). The node walks up its parent chain to collect its
 ancestors (the mask row) and its depth; first child and next sibling come from one masked
 vector reduction over the request's parents. Written for any Triton target: no warp-size
 assumption, every block a power of two with masked tails.
@@ -11,7 +14,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["MASK_BIT_PACKED", "MASK_FULL", "MASK_TREE_BLOCK", "build_tree_kernel"]
+__all__ = [
+    "MASK_BIT_PACKED", "MASK_FULL", "MASK_TREE_BLOCK", "build_tree_kernel", "grow_tree_kernel",
+]
 
 MASK_TREE_BLOCK = 0
 MASK_BIT_PACKED = 1
@@ -86,3 +91,47 @@ def build_tree_kernel(
             tl.store(mask_ptr + row_start + column, tl.full([BLOCK_PREFIX], 1, tl.int8),
                      mask=column < seq_len)
         tl.store(mask_ptr + row_start + seq_len + lane, visible.to(tl.int8), mask=in_tree)
+
+
+@triton.jit
+def grow_tree_kernel(
+    prev_scores_ptr,  # [B, K] float32 frontier scores
+    prev_node_ids_ptr,  # [B, K] int64 frontier candidate ids
+    probs_ptr,  # [B * K, K] the frontier branches' top-K probabilities (any float)
+    ids_ptr,  # [B * K, K] int64 their tokens
+    cand_scores_ptr,  # out [B, K * K] float32
+    cand_tokens_ptr,  # out [B, K * K] int64
+    cand_parents_ptr,  # out [B, K * K] int64
+    scores_ptr,  # out [B, K] float32 the new frontier
+    tokens_ptr,  # out [B, K] int64
+    branches_ptr,  # out [B, K] int64
+    node_ids_ptr,  # out [B, K] int64
+    first_id,  # candidate id of this depth's first candidate
+    TOPK: tl.constexpr,
+    BLOCK: tl.constexpr,  # a power of two >= TOPK * TOPK
+):
+    request = tl.program_id(0).to(tl.int64)
+    lane = tl.arange(0, BLOCK)
+    valid = lane < TOPK * TOPK
+    branch = lane // TOPK  # candidate k * K + j is child j of frontier branch k
+    base = request * TOPK * TOPK
+    parent_score = tl.load(prev_scores_ptr + request * TOPK + branch, mask=valid, other=0.0)
+    prob = tl.load(probs_ptr + base + lane, mask=valid, other=0.0).to(tl.float32)
+    score = parent_score * prob
+    token = tl.load(ids_ptr + base + lane, mask=valid, other=0)
+    parent = tl.load(prev_node_ids_ptr + request * TOPK + branch, mask=valid, other=0)
+    tl.store(cand_scores_ptr + base + lane, score, mask=valid)
+    tl.store(cand_tokens_ptr + base + lane, token, mask=valid)
+    tl.store(cand_parents_ptr + base + lane, parent, mask=valid)
+    # scores are products of probabilities (>= 0): -inf marks the lanes out of the running
+    remaining = tl.where(valid, score, float("-inf"))
+    for t in tl.static_range(TOPK):
+        best = tl.max(remaining, axis=0)
+        pick = tl.min(tl.where(remaining == best, lane, BLOCK), axis=0)
+        chosen = lane == pick
+        out = request * TOPK + t
+        tl.store(scores_ptr + out, best)
+        tl.store(tokens_ptr + out, tl.sum(tl.where(chosen, token, 0), axis=0))
+        tl.store(branches_ptr + out, (pick // TOPK).to(tl.int64))
+        tl.store(node_ids_ptr + out, pick.to(tl.int64) + first_id)
+        remaining = tl.where(chosen, float("-inf"), remaining)
