@@ -84,3 +84,24 @@ def test_the_engine_gathers_cos_sin_from_its_table() -> None:
         llm.engine.step()
     assert request.output_ids and "index_select" in ops.names
     assert "cos" not in ops.names and "sin" not in ops.names
+
+
+def test_a_head_with_fewer_positions_than_the_engine_context() -> None:
+    """A draft head whose config names fewer positions than its target (as published
+    EAGLE heads may) still drafts past them: the table covers the engine's context."""
+    import dataclasses
+
+    from eagle_hal import LLM, SamplingParams, select_backend
+    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
+
+    target = tiny_target(seed=3)
+    head = tiny_eagle1(target)
+    head.config = dataclasses.replace(head.config, max_position_embeddings=16)
+    head.rotary = RotaryEmbedding(head.config, "cpu")
+    llm = LLM.from_models(select_backend("cpu"), target, head, None,
+                          SpecConfig(num_steps=3, topk=1), max_context=128)
+    request = llm.engine.add_request(list(range(5, 25)),
+                                     SamplingParams(max_new_tokens=12, ignore_eos=True))
+    llm.engine.run()
+    assert len(request.output_ids) == 12

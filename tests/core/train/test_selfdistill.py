@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eagle_hal.train.selfdistill import DistillConfig, file_sha256, user_turn_prefix
+from eagle_hal.train.dataset import file_sha256
+from eagle_hal.train.selfdistill import DistillConfig, user_turn_prefix
 
 from .conftest import EOS
 

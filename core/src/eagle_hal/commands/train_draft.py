@@ -166,8 +166,7 @@ def _say(message: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from eagle_hal.model.loading import default_model_path, load_target
     from eagle_hal.registry import select_backend
-    from eagle_hal.train.dataset import DistillDataset
-    from eagle_hal.train.selfdistill import file_sha256
+    from eagle_hal.train.dataset import DistillDataset, file_sha256
 
     started = time.perf_counter()
     if args.data is None and args.out is None:

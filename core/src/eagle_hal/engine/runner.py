@@ -45,6 +45,9 @@ class CacheConfig:
         return -(-self.num_tokens // self.page_size) + 1  # + the padding page
 
 
+_ROTARY_MARGIN = 64  # positions past the context the rotary table covers (padded graph rows)
+
+
 class ModelRunner:
     """Target model, optional draft head, their KV caches and attention backends."""
 
@@ -67,7 +70,7 @@ class ModelRunner:
         for model in (target, draft):  # cos/sin tabulated now, before any graph capture
             rotary = getattr(model, "rotary", None)
             if rotary is not None:
-                rotary.prepare(dtype)
+                rotary.prepare(dtype, cache.max_context + _ROTARY_MARGIN)
         layout = backend.kv_layout().with_page_size(cache.page_size)
         if not backend.capabilities.supports_page_size(cache.page_size):
             raise ValueError(

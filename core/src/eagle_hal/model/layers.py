@@ -131,7 +131,7 @@ class RotaryEmbedding:
     stay float32 on the device they were built for, whatever dtype the model is cast to.
 
     ``prepare`` tabulates cos and sin for every position the model takes (its
-    ``max_position_embeddings``, which bounds an engine's context): a forward then gathers
+    ``max_position_embeddings``, and the engine's context if longer): a forward then gathers
     its rows with one operation instead of computing them with seven (cast, product,
     concatenation, cos, sin, two casts), a device kernel each, in every forward of a
     speculative iteration (the ``ModelRunner`` prepares its models)."""
@@ -145,21 +145,25 @@ class RotaryEmbedding:
         self.max_positions = config.max_position_embeddings
         self._tables: dict[torch.dtype, torch.Tensor] = {}  # dtype -> [2, positions, head_dim]
 
-    def prepare(self, dtype: torch.dtype) -> bool:
-        """Tabulate cos/sin in ``dtype`` on the device (outside any graph capture); whether a
-        table is in use (not past ``MAX_TABLE_POSITIONS``). Idempotent."""
-        if self.max_positions > self.MAX_TABLE_POSITIONS:
+    def prepare(self, dtype: torch.dtype, context: int = 0) -> bool:
+        """Tabulate cos/sin in ``dtype`` on the device (outside any graph capture) for the
+        model's positions and at least ``context`` (an engine's context, which a draft head
+        with a smaller ``max_position_embeddings`` than its target's still reaches); whether
+        a table is in use (not past ``MAX_TABLE_POSITIONS``). Idempotent."""
+        size = max(self.max_positions, context)
+        if size > self.MAX_TABLE_POSITIONS:
             return False
-        if dtype not in self._tables:
-            positions = torch.arange(self.max_positions, device=self.inv_freq.device)
+        table = self._tables.get(dtype)
+        if table is None or table.shape[1] < size:
+            positions = torch.arange(size, device=self.inv_freq.device)
             self._tables[dtype] = torch.stack(self._compute(positions, dtype))
         return True
 
     def cos_sin(
         self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``cos``/``sin`` ``[T, head_dim]`` for ``positions`` ``[T]`` (each below the
-        model's ``max_position_embeddings``); once per forward."""
+        """``cos``/``sin`` ``[T, head_dim]`` for ``positions`` ``[T]`` (each within the
+        table ``prepare`` made, if any); once per forward."""
         table = self._tables.get(dtype)
         if table is None or table.device != positions.device:
             return self._compute(positions, dtype)

@@ -14,13 +14,14 @@ Stored as one safetensors file (no pickles): ``tokens`` (int32, all sequences ba
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["DatasetInfo", "DistillDataset", "PaddedRows"]
+__all__ = ["DatasetInfo", "DistillDataset", "PaddedRows", "file_sha256"]
 
 _INFO_KEY = "eagle_hal.dataset"
 
@@ -191,3 +192,18 @@ class DistillDataset:
             answer_temperatures=tensors["answer_temperatures"].float(),
             info=DatasetInfo.from_json(metadata[_INFO_KEY]),
         )
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a model file, or of a model directory's top-level files (names and
+    contents, in name order; subdirectories are not the model's)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        if path.is_dir():
+            digest.update(file.name.encode())
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()

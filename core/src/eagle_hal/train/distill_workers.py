@@ -8,10 +8,12 @@ processes on the same device, each with its own engine, keep it busier.
 
 The prompts are dealt by index: process ``i`` of ``n`` writes and answers prompts ``i, i +
 n, i + 2n, …`` (``selfdistill.generate_shard``). A prompt's opener, temperatures and sampling
-seeds follow from its index alone, so the shards together generate what one process would;
-only the batches' compositions differ, and with them, on some devices, the last bits of a
-forward. A prompt that two processes happen to write alike is kept once, at its lowest
-index (``selfdistill.build_dataset``).
+seeds follow from its index alone, so the shards write and answer the prompts one process
+would; only the batches' compositions differ, and with them, on some devices, the last
+bits of a forward. A prompt written twice is kept once: at its lowest index when the
+copies fall in different shards (``selfdistill.build_dataset``), the first one written
+when in the same shard, so which copy of a duplicate survives (and with it its index's
+answer temperature and held-out flag) may differ from one process's choice.
 
 This process runs shard 0 on the target it has loaded; the others are spawned (never
 forked: the device runtime is already initialised here), load the same target from the
@@ -74,36 +76,46 @@ def generate_dataset_in_workers(
 ) -> DistillDataset:
     """``selfdistill.generate_dataset`` in ``workers`` processes on ``backend``'s device
     (this one, with ``target`` loaded from ``source``, and ``workers - 1`` spawned ones).
-    The progress bar is this process's shard; each shard's time report follows it. Raises
-    what a worker raised, and ``RuntimeError`` as ``generate_dataset``."""
+    The progress bar is this process's shard; each shard's time report follows it. A
+    spawned shard that fails is reported and left out (the rest stays a valid data set);
+    this process's failing stops the others and raises. ``RuntimeError`` as
+    ``generate_dataset``."""
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
-    deadline = None if config.time_budget_s is None else time.time() + config.time_budget_s
-    shards: list[Shard] = []
+    started = time.time()
+    deadline = None if config.time_budget_s is None else started + config.time_budget_s
     threads = torch.get_num_threads()
     # on the CPU the processes are the device: they share its cores, not oversubscribe them
     share = max(1, threads // workers) if backend.torch_device.type == "cpu" else threads
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(max(workers - 1, 1), mp_context=context) as pool:
-        futures = [pool.submit(_worker, source, config, (i, workers), deadline, share)
-                   for i in range(1, workers)]
-        torch.set_num_threads(share)
+    pool = concurrent.futures.ProcessPoolExecutor(
+        max(workers - 1, 1), mp_context=multiprocessing.get_context("spawn"))
+    futures = [pool.submit(_worker, source, config, (i, workers), deadline, share)
+               for i in range(1, workers)]
+    torch.set_num_threads(share)
+    try:
+        shards = [generate_shard(backend, target, tokenizer, config, shard=(0, workers),
+                                 deadline=deadline, progress=progress)]
+    except BaseException:
+        # the others would run to their deadline (or through every prompt): stop them
+        processes = list(getattr(pool, "_processes", {}).values())  # no public handle
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+    finally:
+        torch.set_num_threads(threads)
+    for i, future in enumerate(futures, start=2):
         try:
-            shards.append(generate_shard(backend, target, tokenizer, config,
-                                         shard=(0, workers), progress=progress))
-            shards += [future.result() for future in futures]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-        finally:
-            torch.set_num_threads(threads)
+            shards.append(future.result())
+        except Exception as error:  # noqa: BLE001 - the other shards' data stays usable
+            print(f"warning: shard {i} of {workers} failed ({type(error).__name__}: {error}); "
+                  "its prompts are missing from the data set", file=sys.stderr)
+    pool.shutdown()
     if progress:
-        for i, shard in enumerate(shards):
-            print(f"shard {i + 1} of {workers}: {len(shard.kept)} sequences; {shard.report}",
-                  file=sys.stderr)
+        for i, shard in enumerate(shards, start=1):
+            print(f"shard {i}: {len(shard.kept)} sequences; {shard.report}", file=sys.stderr)
     return build_dataset(shards, config, target_name=target_name, target_sha256=target_sha256,
-                         command=command)
+                         command=command, seconds=time.time() - started)
 
 
 def _worker(source: TargetSource, config: DistillConfig, shard: tuple[int, int],
@@ -118,6 +130,5 @@ def _worker(source: TargetSource, config: DistillConfig, shard: tuple[int, int],
     backend = select_backend(source.device, backend=source.backend)
     target, tokenizer = load_target(Path(source.model_path), dtype=getattr(torch, source.dtype),
                                     device=backend.torch_device, progress=False)
-    if deadline is not None:
-        config = dataclasses.replace(config, time_budget_s=max(0.0, deadline - time.time()))
-    return generate_shard(backend, target, tokenizer, config, shard=shard, progress=False)
+    return generate_shard(backend, target, tokenizer, config, shard=shard, deadline=deadline,
+                          progress=False)

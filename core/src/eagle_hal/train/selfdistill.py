@@ -21,11 +21,9 @@ out for validation.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
 from eagle_hal.backend import Backend
@@ -35,8 +33,8 @@ from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
 
 __all__ = [
-    "ChatTokenizer", "DistillConfig", "Shard", "build_dataset", "file_sha256",
-    "generate_dataset", "generate_shard", "graph_buckets", "user_turn_prefix",
+    "ChatTokenizer", "DistillConfig", "Shard", "build_dataset", "generate_dataset",
+    "generate_shard", "graph_buckets", "user_turn_prefix",
 ]
 
 _MARKER = "\u2402EAGLE-HAL-USER-TURN\u2402"  # never produced by a tokenizer's decode
@@ -141,21 +139,6 @@ def user_turn_prefix(tokenizer: ChatTokenizer) -> list[int]:
     return list(tokenizer.encode(text[: text.index(_MARKER)], add_special_tokens=False))
 
 
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a model file, or of a model directory's top-level files (names and
-    contents, in name order; subdirectories are not the model's)."""
-    path = Path(path)
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else [path]
-    for file in files:
-        if path.is_dir():
-            digest.update(file.name.encode())
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclasses.dataclass(slots=True)
 class _Job:
     index: int  # prompt index
@@ -209,12 +192,15 @@ def generate_shard(
     config: DistillConfig,
     *,
     shard: tuple[int, int] = (0, 1),
+    deadline: float | None = None,
     progress: bool = True,
 ) -> Shard:
     """``generate_dataset``'s generation for the prompt indices ``i, i + n, i + 2n, …`` below
     ``config.num_prompts`` (``shard = (i, n)``): every prompt's opener, temperatures and
     sampling seeds follow from its index alone, so shards in separate processes
-    (``train.distill_workers``) together generate what one process would."""
+    (``train.distill_workers``) generate the same prompts and answers as one process.
+    ``deadline`` (``time.time()``) replaces ``config.time_budget_s``, which counts from
+    the end of this call's set-up."""
     from tqdm import tqdm
 
     from eagle_hal.api import LLM
@@ -249,7 +235,7 @@ def generate_shard(
     eos = tuple(tokenizer.eos_token_ids)
     started = time.perf_counter()
     ledger.start(started)
-    budget = config.time_budget_s
+    budget = config.time_budget_s if deadline is None else deadline - time.time()
     jobs: dict[int, tuple[Request, _Job]] = {}
     seen_prompts: set[str] = set()
     kept: list[Kept] = []
@@ -362,15 +348,18 @@ def build_dataset(
     target_name: str = "",
     target_sha256: str = "",
     command: str = "",
+    seconds: float | None = None,
 ) -> DistillDataset:
-    """The data set of what ``shards`` kept, in prompt order. A prompt that several shards
-    wrote alike is kept once, at its lowest index (within a shard duplicates are never
-    answered). Raises ``RuntimeError`` when nothing usable was generated."""
+    """The data set of what ``shards`` kept, in prompt order, generated in ``seconds`` (the
+    longest shard's time if not given). A prompt that several shards wrote alike is kept
+    once, at its lowest index (within a shard the first written is the one answered).
+    Raises ``RuntimeError`` when nothing usable was generated."""
     unique: dict[tuple[int, ...], Kept] = {}  # by the templated prompt's ids
     for item in sorted((k for shard in shards for k in shard.kept), key=lambda k: k[0]):
         unique.setdefault(tuple(item[1][: item[2]]), item)
     items = list(unique.values())
-    seconds = max((shard.seconds for shard in shards), default=0.0)
+    if seconds is None:
+        seconds = max((shard.seconds for shard in shards), default=0.0)
     held_out = [index % config.validation_every == 0 for index, _, _, _ in items]
     if not items or all(held_out) or not any(held_out):
         raise RuntimeError(

@@ -218,3 +218,22 @@ def test_grow_tree_step_rejects_what_the_reference_rejects():
     with pytest.raises(TreeConfigError, match="depth 2"):
         TRITON.grow_tree_step(*on_device(torch.rand(6, 2), torch.zeros(6, 2, dtype=torch.long)),
                               first)
+
+
+def test_grow_tree_step_ranks_nan_first_as_the_reference():
+    """A NaN score (a NaN draft state) sorts first in the reference; the kernel agrees, and
+    never picks past the candidates."""
+    first = [ops.grow_tree_step(*on_device(torch.tensor([[0.5, 0.25]]),
+                                           torch.tensor([[3, 4]])), None)
+             for ops in (REFERENCE, TRITON)]
+    probs = torch.tensor([[0.5, float("nan")], [0.25, 0.125]])
+    ids = torch.tensor([[5, 6], [7, 8]])
+    grown = [ops.grow_tree_step(*on_device(probs, ids), f)
+             for ops, f in zip((REFERENCE, TRITON), first, strict=True)]
+    assert_same(grown[0][2:5], grown[1][2:5])  # the frontier's tokens, branches, node ids
+    torch.testing.assert_close(grown[0].scores, grown[1].scores, equal_nan=True, rtol=0, atol=0)
+    assert torch.isnan(grown[1].scores[0, 0]) and grown[1].node_ids.max() < 7
+    all_nan = torch.full((2, 2), float("nan"))
+    grown = [ops.grow_tree_step(*on_device(all_nan, ids), f)
+             for ops, f in zip((REFERENCE, TRITON), first, strict=True)]
+    assert_same(grown[0][2:5], grown[1][2:5])

@@ -123,14 +123,16 @@ def grow_tree_kernel(
     tl.store(cand_scores_ptr + base + lane, score, mask=valid)
     tl.store(cand_tokens_ptr + base + lane, token, mask=valid)
     tl.store(cand_parents_ptr + base + lane, parent, mask=valid)
-    # scores are products of probabilities (>= 0): -inf marks the lanes out of the running
-    remaining = tl.where(valid, score, float("-inf"))
+    # scores are products of probabilities (>= 0): -inf marks the lanes out of the running;
+    # a NaN ranks first, as in the reference's descending sort
+    remaining = tl.where(valid, tl.where(score != score, float("inf"), score), float("-inf"))
     for t in tl.static_range(TOPK):
         best = tl.max(remaining, axis=0)
-        pick = tl.min(tl.where(remaining == best, lane, BLOCK), axis=0)
+        pick = tl.minimum(tl.min(tl.where(remaining == best, lane, BLOCK), axis=0),
+                          TOPK * TOPK - 1)
         chosen = lane == pick
         out = request * TOPK + t
-        tl.store(scores_ptr + out, best)
+        tl.store(scores_ptr + out, tl.sum(tl.where(chosen, score, 0.0), axis=0))
         tl.store(tokens_ptr + out, tl.sum(tl.where(chosen, token, 0), axis=0))
         tl.store(branches_ptr + out, (pick // TOPK).to(tl.int64))
         tl.store(node_ids_ptr + out, pick.to(tl.int64) + first_id)
