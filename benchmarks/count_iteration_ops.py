@@ -5,11 +5,12 @@ size 1 the host's time for them is most of an iteration's overhead. This builds 
 random Llama and head of ``bench_host_overhead.py`` on the CPU backend, serves its graphs
 from the strict CPU graph emulation (``eagle_hal.testing.graphs.EmulatedGraphCapture``), and
 counts per iteration of plain, chain (S=5, K=1) and tree (S=5, K=4, N=16) decoding the aten
-operations dispatched outside replays (views and allocations excluded: they launch
-nothing), grouped by the worker's phase.
+operations dispatched outside replays (views, allocations and casts that return their input
+excluded: they launch nothing), grouped by the worker's phase.
 
-``--ops triton`` swaps in what the CUDA backend runs outside its graphs: the Triton attention
-backend and the Triton ``SamplingOps`` (interpreted: set ``TRITON_INTERPRET=1``); their
+``--ops triton`` swaps in what the CUDA backend runs: the Triton attention
+backend, the Triton ``SamplingOps`` and the Triton model kernels (interpreted: set
+``TRITON_INTERPRET=1``); their
 kernel launches are counted as ``triton:<kernel>`` and the interpreter's own torch work is
 not. ``--by-site`` groups by the eagle_hal source line that issued each operation.
 
@@ -37,6 +38,16 @@ _FREE = {"view", "_unsafe_view", "as_strided", "empty", "empty_strided", "t", "t
          "chunk", "narrow", "is_pinned", "_to_copy_noop"}
 
 
+# return their input when there is nothing to do: counted only when they made a new tensor
+_MAYBE_ALIAS = {"to", "contiguous", "resolve_conj", "resolve_neg"}
+_FREE |= {"result_type", "empty_like"}  # a dtype; an allocation
+
+
+def _aliases(result: object, args: tuple) -> bool:
+    return (isinstance(result, torch.Tensor) and bool(args) and isinstance(args[0], torch.Tensor)
+            and result.untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr())
+
+
 class Counter(TorchDispatchMode):
     def __init__(self, by_site: bool = False) -> None:
         super().__init__()
@@ -58,14 +69,18 @@ class Counter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         name = func.__name__.split(".")[0]
+        result = func(*args, **(kwargs or {}))
+        if name in _MAYBE_ALIAS and _aliases(result, args):
+            return result  # a cast or layout change that returned its input: no kernel
         if name not in _FREE:
             self.record(name)
-        return func(*args, **(kwargs or {}))
+        return result
 
 
 def _triton_cpu_backend():  # noqa: ANN202 - a Backend
-    """The CPU backend with what the CUDA backend runs besides its graphs: Triton attention,
-    Triton sampling ops, and the (strict) graph emulation."""
+    """The CPU backend with what the CUDA backend runs: Triton attention, Triton sampling
+    ops, the Triton model kernels (norms, rotary, SwiGLU, the fused small-batch projections,
+    the draft's softmax top-k), and the (strict) graph emulation."""
     from eagle_hal.ops.triton.attention import TritonAttentionBackend
     from eagle_hal.ops.triton.ops import TritonSamplingOps
     from eagle_hal.testing.graphs import replaying_cpu_backend
@@ -78,6 +93,11 @@ def _triton_cpu_backend():  # noqa: ANN202 - a Backend
 
         def sampling_ops(self):  # noqa: ANN202
             return TritonSamplingOps()
+
+        def model_kernels(self):  # noqa: ANN202 - the Triton kernels a GPU backend runs
+            from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
+
+            return TRITON_MODEL_KERNELS
 
     return TritonCpu(replaying.descriptor, replaying.device_spec)
 
