@@ -146,11 +146,24 @@ def main() -> int:
 
     def replay(self, *a, **k):  # noqa: ANN001, ANN002, ANN003, ANN202
         if args.inside_replays:  # a device graph's kernels: counted as the replay's phase
-            before, counter.phase = counter.phase, "replay"
+            # only the recorded body's: the emulation's copies into its static outputs are
+            # what a device graph does without kernels of its own
+            body = self.body
+
+            def counted():  # noqa: ANN202
+                counter.suspended -= 1
+                try:
+                    return body()
+                finally:
+                    counter.suspended += 1
+
+            before, counter.phase, self.body = counter.phase, "replay", counted
+            counter.suspended += 1
             try:
                 return original_replay(self, *a, **k)
             finally:
-                counter.phase = before
+                counter.phase, self.body = before, body
+                counter.suspended -= 1
         counter.suspended += 1
         try:
             return original_replay(self, *a, **k)

@@ -16,7 +16,9 @@ Inside the graph, step ``d`` (depth ``d + 1``) runs at positions ``seq_len + d``
 on the device; writes its K/V at ``scratch[:, d]`` and attends to ``scratch[:, :d + 1]``
 (views of the scratch input, so refreshing the input refreshes every step's batch); and its
 top-1 token is written to ``tokens[d + 1]``, the next step's input ids. The outputs are the
-verify tree of ``spec.drafting.chain_layout`` (tree-block or bit-packed mask).
+verify tree of ``spec.drafting.chain_layout`` (tree-block or bit-packed mask): the graph
+computes its tokens and positions; the rest (index, links, mask) depends on the bucket and
+S alone and is built once, before the capture.
 
 Each step has its own static ``ForwardBatch`` and attention metadata. Before the one replay,
 ``replay`` refreshes the inputs and, step by step in capture order, the metadata and host
@@ -157,6 +159,10 @@ class ChainGraph:
             static.attn_metadata = attn.plan_for_capture(static)
             step_batches.append(static)
 
+        # the layout's parts that depend on the shape alone (index, links, mask): built by
+        # the warm-up, outside the graph pool, and never written after
+        shape_parts: dict[object, tuple[torch.Tensor, ...]] = {}
+
         def loop() -> tuple[torch.Tensor, ...]:
             positions.copy_(seq_lens[None, :] + offsets)  # [S - 1, bucket]
             state = hidden_in
@@ -164,15 +170,15 @@ class ChainGraph:
                 state = draft.forward(static, attn, static.input_ids, state)  # [bucket, H]
                 _, ids = draft.topk(state, 1)  # [bucket, 1]
                 tokens[d + 1].copy_(ids[:, 0])
-            tree = chain_layout(roots, tokens.t(), seq_lens, mask_mode)
-            layout = (tree.tokens, tree.positions, tree.retrieve_index,
-                      tree.retrieve_next_token, tree.retrieve_next_sibling, tree.tree_mask)
-            return tuple(t.contiguous() for t in layout)
+            tree = chain_layout(roots, tokens.t(), seq_lens, mask_mode, shape_parts)
+            return tree.tokens, tree.positions
 
         with capture.warmup():  # compiles kernels and settles lazy state off-graph
             warm = loop()
+            tree = chain_layout(roots, tokens.t(), seq_lens, mask_mode, shape_parts)
         graph = capture.new_graph()
-        outputs = record_with_own_outputs(capture, graph, loop, warm)
+        outputs = (*record_with_own_outputs(capture, graph, loop, warm), tree.retrieve_index,
+                   tree.retrieve_next_token, tree.retrieve_next_sibling, tree.tree_mask)
         return cls(graph, attn, mask_mode, pad_slot, rows, seq_lens, scratch, tokens,
                    hidden_in, roots, step_batches, outputs)
 

@@ -17,11 +17,11 @@ chain (K = 1). Its static inputs:
 Inside the graph, level ``d`` (depth ``d + 1``) runs its K branches at position
 ``seq_len + d``, computed on the device; writes their K/V at ``scratch[d]`` (a view:
 refreshed with the input) and lets each attend to its ancestors' scratch slots
-(``SamplingOps.draft_kv_slots``, computed in the graph and copied into the level's static
+(``SamplingOps.draft_kv_slots``, computed in the graph and set on the level's static
 batch, which is why the attention backend must read them in its forward:
-``draft_slots_read_in_forward``); the level's tokens (the tree step's choice) are copied into the
-next level's static input ids. Everything between is the eager loop's own code, so the
-graph computes what the loop does. The outputs are ``SamplingOps.build_verify_tree``'s
+``draft_slots_read_in_forward``); the level's tokens (the tree step's choice) are the next
+level's input ids where the step wrote them. Everything between is the eager loop's own
+code, so the graph computes what the loop does. The outputs are ``SamplingOps.build_verify_tree``'s
 (tree-block or bit-packed mask; ``FULL`` is sized by host lengths and stays eager).
 
 Padded rows hold row 0, length 0, zero probabilities, token 0, a zero hidden state and the
@@ -91,7 +91,7 @@ class TreeGraph:
         ids = torch.zeros(bucket, topk, **long)
         hidden_in = hidden.new_zeros(bucket, *hidden.shape[1:])
         depth = levels - 1  # draft forwards; the last level is only predicted
-        tokens = torch.zeros(depth, bucket * topk, **long)  # each level's input ids
+        tokens = torch.zeros(depth, bucket * topk, **long)  # the levels' input ids, to plan
         positions = torch.zeros(depth, bucket, topk, **long)  # written inside the graph
         offsets = torch.arange(depth, **long)[:, None, None]  # level d at seq_len + d
         branches = torch.full((bucket,), topk, **long)
@@ -119,15 +119,16 @@ class TreeGraph:
 
         def loop() -> tuple[torch.Tensor, ...]:
             positions.copy_((seq_lens[None, :, None] + offsets).expand(depth, bucket, topk))
+            slots = by_request.contiguous()  # one copy for every level (none at bucket 1)
             step = ops.grow_tree_step(probs, ids, None)
             tree_steps, parents = [step], [step.parent_branches]
             frontier = hidden_in[:, None, :].expand(bucket, topk, hidden_size)
             frontier = frontier.reshape(-1, hidden_size)
             for d, static in enumerate(step_batches):
-                assert static.draft_kv_slots is not None
-                static.draft_kv_slots.copy_(ops.draft_kv_slots(by_request, parents, d))
-                static.input_ids.copy_(step.tokens.reshape(-1))
-                out = draft.forward(static, attn, static.input_ids, frontier)  # [B*K, H]
+                # the level's slots and tokens are read where they were computed (no copy
+                # into the static batch: the backend reads draft_kv_slots in its forward)
+                static.draft_kv_slots = ops.draft_kv_slots(slots, parents, d)
+                out = draft.forward(static, attn, step.tokens.reshape(-1), frontier)  # [B*K, H]
                 child_probs, child_ids = draft.topk(out, topk)  # [B * K, K]
                 step = ops.grow_tree_step(child_probs, child_ids, step)
                 tree_steps.append(step)

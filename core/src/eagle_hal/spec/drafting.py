@@ -205,20 +205,42 @@ def chain_tree(
 
 
 def chain_layout(
-    roots: torch.Tensor, chain: torch.Tensor, seq_lens: torch.Tensor, mask_mode: str
+    roots: torch.Tensor,
+    chain: torch.Tensor,
+    seq_lens: torch.Tensor,
+    mask_mode: str,
+    cache: dict[object, tuple[torch.Tensor, ...]] | None = None,
 ) -> VerifyTree:
     """``chain_tree`` in the ``TREE_BLOCK`` and ``BIT_PACKED`` layouts: device work on
     ``roots`` ``[B]``, ``chain`` ``[B, S]`` and ``seq_lens`` ``[B]`` only, so it can be
-    captured (``FULL`` needs the host's sum of the lengths: use ``chain_tree``)."""
+    captured (``FULL`` needs the host's sum of the lengths: use ``chain_tree``). Only the
+    tokens and positions depend on them: ``cache`` keeps the rest (index, links, mask),
+    which depends on the shape alone, for the next call; it is never written to."""
     if mask_mode == TreeMaskMode.FULL:
         raise ValueError("a FULL tree mask is sized by the prefix lengths: use chain_tree")
     batch, num_nodes = chain.shape[0], chain.shape[1] + 1
     device = chain.device
+    key = (batch, num_nodes, device, mask_mode)
+    parts = cache.get(key) if cache is not None else None
+    if parts is None:
+        parts = _chain_parts(batch, num_nodes, device, mask_mode)
+        if cache is not None:
+            cache[key] = parts
+    node, retrieve_index, next_token, next_sibling, tree_mask = parts
     tokens = torch.cat([roots.view(-1, 1), chain.long()], dim=1)  # [B, N]
-    node = torch.arange(num_nodes, device=device)
     positions = seq_lens.view(-1, 1) + node
+    return VerifyTree(tokens, positions, retrieve_index, next_token, next_sibling, tree_mask,
+                      mask_mode)
+
+
+def _chain_parts(
+    batch: int, num_nodes: int, device: torch.device, mask_mode: str
+) -> tuple[torch.Tensor, ...]:
+    """A chain's node numbers ``[N]`` and the layout tensors that depend on its shape only."""
+    node = torch.arange(num_nodes, device=device)
     retrieve_index = torch.arange(batch * num_nodes, device=device).view(batch, num_nodes)
-    next_token = torch.where(node < num_nodes - 1, node + 1, NO_NODE).expand(batch, -1)
+    next_token = torch.where(node < num_nodes - 1, node + 1, NO_NODE)
+    next_token = next_token.expand(batch, -1).contiguous()
     next_sibling = torch.full((batch, num_nodes), NO_NODE, dtype=torch.int64, device=device)
     visible = node.view(-1, 1) >= node.view(1, -1)  # [N, N] node i sees 0..i
     if mask_mode == TreeMaskMode.TREE_BLOCK:
@@ -226,8 +248,7 @@ def chain_layout(
     else:  # bit-packed: bit j of entry i set for j <= i (distinct bits: the sum is the OR)
         bits = torch.ones_like(node) << node
         tree_mask = (visible.long() * bits).sum(dim=1).expand(batch, -1).contiguous()
-    return VerifyTree(tokens, positions, retrieve_index, next_token, next_sibling, tree_mask,
-                      mask_mode)
+    return node, retrieve_index, next_token, next_sibling, tree_mask
 
 
 def single_node_tree(
