@@ -237,3 +237,52 @@ def test_grow_tree_step_ranks_nan_first_as_the_reference():
     grown = [ops.grow_tree_step(*on_device(all_nan, ids), f)
              for ops, f in zip((REFERENCE, TRITON), first, strict=True)]
     assert_same(grown[0][2:5], grown[1][2:5])
+
+
+def _grown_steps(generator: torch.Generator, batch: int, topk: int, steps: int, nan: bool = False):
+    """Reference-grown steps with probabilities in eighths (frequent ties), one NaN if asked."""
+    def eighths(*shape: int) -> torch.Tensor:
+        return torch.randint(0, 9, shape, generator=generator).float() / 8
+
+    grown = [REFERENCE.grow_tree_step(eighths(batch, topk),
+                                      torch.randint(0, 99, (batch, topk), generator=generator),
+                                      None)]
+    for depth in range(1, steps):
+        probs = eighths(batch * topk, topk)
+        if nan and depth == 1:
+            probs[0, topk - 1] = float("nan")
+        ids = torch.randint(0, 99, (batch * topk, topk), generator=generator)
+        grown.append(REFERENCE.grow_tree_step(probs, ids, grown[-1]))
+    return [type(s)(s.depth, *on_device(*s[1:])) for s in grown]
+
+
+@pytest.mark.parametrize("batch,topk,steps", [(1, 1, 4), (2, 2, 3), (3, 4, 5), (2, 3, 4),
+                                              (1, 8, 3), (2, 4, 8)])
+def test_organize_draft_tree(batch, topk, steps):
+    """The selected drafts, their verify-node parents and candidate ids equal the
+    reference's for every N from 1 (no draft) to all candidates, ties to the lower id."""
+    grown = _grown_steps(torch.Generator().manual_seed(batch * 100 + topk * 10 + steps),
+                         batch, topk, steps)
+    candidates = topk + (steps - 1) * topk * topk
+    for drafts in sorted({0, 1, 2, topk, candidates // 2, candidates - 1, candidates}):
+        if 0 <= drafts <= candidates:
+            assert_same(REFERENCE.organize_draft_tree(grown, drafts + 1),
+                        TRITON.organize_draft_tree(grown, drafts + 1))
+
+
+def test_organize_draft_tree_nan_large_and_rejected():
+    """A NaN score ranks first as in the reference's sort; past ORGANIZE_MAX_CANDIDATES
+    candidates the reference's path answers, the same; too many drafts are rejected."""
+    from eagle_hal.hal.sampling import TreeConfigError
+    from eagle_hal.ops.triton.ops import ORGANIZE_MAX_CANDIDATES
+
+    grown = _grown_steps(torch.Generator().manual_seed(7), 2, 3, 4, nan=True)
+    assert torch.isnan(grown[1].candidate_scores).any()
+    for drafts in (1, 5, 12):
+        assert_same(REFERENCE.organize_draft_tree(grown, drafts + 1),
+                    TRITON.organize_draft_tree(grown, drafts + 1))
+    large = _grown_steps(torch.Generator().manual_seed(8), 1, 8, 6)  # 8 + 5 * 64 candidates
+    assert 8 + 5 * 64 > ORGANIZE_MAX_CANDIDATES
+    assert_same(REFERENCE.organize_draft_tree(large, 49), TRITON.organize_draft_tree(large, 49))
+    with pytest.raises(TreeConfigError, match="must be in"):
+        TRITON.organize_draft_tree(grown, 3 + 3 * 9 + 2)

@@ -16,6 +16,7 @@ import triton
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import (
     AcceptResult,
+    DraftTree,
     SamplingNoise,
     TreeConfigError,
     TreeStep,
@@ -41,6 +42,9 @@ from eagle_hal.ops.triton import verify_kernels as _verify
 __all__ = ["TritonSamplingOps"]
 
 _MIN_BLOCK = 16  # smallest block any kernel uses (tiny trees are padded and masked)
+# organize_draft_tree's kernel ranks a request's candidates pairwise in one [BLOCK, BLOCK]
+# block; past this many (K = 8 from S = 6 on) the reference's sorts take over
+ORGANIZE_MAX_CANDIDATES = 256
 _MASK_MODE_IDS = {
     TreeMaskMode.TREE_BLOCK: _tree.MASK_TREE_BLOCK,
     TreeMaskMode.BIT_PACKED: _tree.MASK_BIT_PACKED,
@@ -63,6 +67,7 @@ class TritonSamplingOps(ReferenceSamplingOps):
 
     fused_ops: tuple[str, ...] = (
         "grow_tree_step",  # past depth 1 (the root's step is the reference's: no selection)
+        "organize_draft_tree",  # up to ORGANIZE_MAX_CANDIDATES candidates (K + (S-1)K^2)
         "build_verify_tree",
         "masked_argmax",
         "verify_greedy",
@@ -109,6 +114,31 @@ class TritonSamplingOps(ReferenceSamplingOps):
                 TOPK=topk, BLOCK=_block(count), num_warps=1 if count <= 256 else 4,
             )
         return step
+
+    def organize_draft_tree(self, steps: Sequence[TreeStep], num_draft_tokens: int) -> DraftTree:
+        if not steps:
+            raise TreeConfigError("organize_draft_tree needs at least one grown step")
+        scores = torch.cat([s.candidate_scores.float() for s in steps], dim=1)  # [B, M]
+        batch_size, num_candidates = scores.shape
+        num_drafts = num_draft_tokens - 1
+        if num_drafts < 0 or num_drafts > num_candidates:
+            raise TreeConfigError(
+                f"num_draft_tokens - 1 = {num_drafts} must be in [0, {num_candidates}], the "
+                f"candidates of {len(steps)} steps (K + (S-1)*K*K)"
+            )
+        block = _block(num_candidates)
+        if block > ORGANIZE_MAX_CANDIDATES:  # the [BLOCK, BLOCK] ranks would not fit
+            return super().organize_draft_tree(steps, num_draft_tokens)
+        tokens = torch.cat([_long(s.candidate_tokens) for s in steps], dim=1)
+        parents = torch.cat([_long(s.candidate_parents) for s in steps], dim=1)
+        out = [torch.empty(batch_size, num_drafts, dtype=torch.long, device=scores.device)
+               for _ in range(3)]
+        if batch_size and num_drafts:
+            _tree.organize_tree_kernel[(batch_size,)](
+                scores, tokens, parents, *out, num_candidates, num_drafts, BLOCK=block,
+                num_warps=4 if block <= 128 else 8,
+            )
+        return DraftTree(*out)
 
     def build_verify_tree(
         self,

@@ -3,7 +3,10 @@
 
 ``grow_tree_kernel``: one program per request scores its K * K candidates and picks the K
 best (ties to the lower index) by K masked max-reductions, in the order a stable
-descending sort gives. ``build_tree_kernel``: one program per (request, node). The node walks up its parent chain to collect its
+descending sort gives. ``organize_tree_kernel``: one program per request ranks all its
+candidates against each other at once (a ``[BLOCK, BLOCK]`` comparison), keeps the N - 1
+best in candidate order and maps each parent's candidate id to its verify node.
+``build_tree_kernel``: one program per (request, node). The node walks up its parent chain to collect its
 ancestors (the mask row) and its depth; first child and next sibling come from one masked
 vector reduction over the request's parents. Written for any Triton target: no warp-size
 assumption, every block a power of two with masked tails.
@@ -16,6 +19,7 @@ import triton.language as tl
 
 __all__ = [
     "MASK_BIT_PACKED", "MASK_FULL", "MASK_TREE_BLOCK", "build_tree_kernel", "grow_tree_kernel",
+    "organize_tree_kernel",
 ]
 
 MASK_TREE_BLOCK = 0
@@ -137,3 +141,41 @@ def grow_tree_kernel(
         tl.store(branches_ptr + out, (pick // TOPK).to(tl.int64))
         tl.store(node_ids_ptr + out, pick.to(tl.int64) + first_id)
         remaining = tl.where(chosen, float("-inf"), remaining)
+
+
+@triton.jit
+def organize_tree_kernel(
+    scores_ptr,  # [B, M] float32 every step's candidate scores, side by side
+    tokens_ptr,  # [B, M] int64 their tokens
+    parents_ptr,  # [B, M] int64 candidate id of each one's parent (0 = root)
+    out_tokens_ptr,  # out [B, D] int64 the D selected drafts in candidate order
+    out_parents_ptr,  # out [B, D] int64 verify node of each one's parent (0 = root)
+    out_ids_ptr,  # out [B, D] int64 their candidate ids (index + 1)
+    num_candidates,  # M
+    num_drafts,  # D = N - 1 <= M
+    BLOCK: tl.constexpr,  # a power of two >= M
+):
+    request = tl.program_id(0).to(tl.int64)
+    lane = tl.arange(0, BLOCK)
+    valid = lane < num_candidates
+    base = request * num_candidates
+    score = tl.load(scores_ptr + base + lane, mask=valid, other=0.0)
+    score = tl.where(score != score, float("inf"), score)  # a NaN ranks first, as in the sort
+    row = lane[:, None]  # candidate i
+    col = lane[None, :]  # candidate j
+    # j ranks before i: a higher score, or an equal one at a lower index (a stable sort)
+    before = valid[None, :] & ((score[None, :] > score[:, None])
+                               | ((score[None, :] == score[:, None]) & (col < row)))
+    rank = tl.sum(before.to(tl.int32), axis=1)
+    selected = valid & (rank < num_drafts)
+    # the selected drafts in candidate order: column = selected candidates before it
+    column = tl.sum((selected[None, :] & (col < row)).to(tl.int32), axis=1)
+    parent = tl.load(parents_ptr + base + lane, mask=valid, other=0)
+    # the parent's verify node is its column + 1 (the root, id 0, matches no candidate: 0)
+    owner = selected[None, :] & (col.to(tl.int64) == parent[:, None] - 1)
+    parent_node = tl.sum(tl.where(owner, column[None, :] + 1, 0), axis=1)
+    token = tl.load(tokens_ptr + base + lane, mask=valid, other=0)
+    out = request * num_drafts + column
+    tl.store(out_tokens_ptr + out, token, mask=selected)
+    tl.store(out_parents_ptr + out, parent_node.to(tl.int64), mask=selected)
+    tl.store(out_ids_ptr + out, lane.to(tl.int64) + 1, mask=selected)
