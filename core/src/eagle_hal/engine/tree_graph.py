@@ -21,8 +21,9 @@ refreshed with the input) and lets each attend to its ancestors' scratch slots
 batch, which is why the attention backend must read them in its forward:
 ``draft_slots_read_in_forward``); the level's tokens (the tree step's choice) are the next
 level's input ids where the step wrote them. Everything between is the eager loop's own
-code, so the graph computes what the loop does. The outputs are ``SamplingOps.build_verify_tree``'s
-(tree-block or bit-packed mask; ``FULL`` is sized by host lengths and stays eager).
+code, so the graph computes what the loop does. The outputs are
+``SamplingOps.build_verify_tree``'s (tree-block or bit-packed mask; ``FULL`` is sized by
+host lengths and stays eager).
 
 Padded rows hold row 0, length 0, zero probabilities, token 0, a zero hidden state and the
 padding slot, so they read and write nothing real. Attention backends must also declare

@@ -18,6 +18,7 @@ __all__ = [
     "ancestor_mask",
     "build_verify_tree",
     "check_grown_step",
+    "check_num_drafts",
     "first_candidate_id",
     "grow_tree_step",
     "organize_draft_tree",
@@ -87,6 +88,20 @@ def grow_tree_step(
     )
 
 
+def check_num_drafts(
+    steps: Sequence[TreeStep], num_candidates: int, num_draft_tokens: int
+) -> int:
+    """``N - 1``, the drafts ``organize_draft_tree`` selects from the ``num_candidates`` of
+    ``steps``; raises ``TreeConfigError`` unless ``0 <= N - 1 <= num_candidates``."""
+    num_drafts = num_draft_tokens - 1
+    if num_drafts < 0 or num_drafts > num_candidates:
+        raise TreeConfigError(
+            f"num_draft_tokens - 1 = {num_drafts} must be in [0, {num_candidates}], the "
+            f"candidates of {len(steps)} steps (K + (S-1)*K*K)"
+        )
+    return num_drafts
+
+
 def organize_draft_tree(steps: Sequence[TreeStep], num_draft_tokens: int) -> DraftTree:
     if not steps:
         raise TreeConfigError("organize_draft_tree needs at least one grown step")
@@ -94,12 +109,7 @@ def organize_draft_tree(steps: Sequence[TreeStep], num_draft_tokens: int) -> Dra
     tokens = torch.cat([s.candidate_tokens for s in steps], dim=1)
     parents = torch.cat([s.candidate_parents for s in steps], dim=1)
     batch_size, num_candidates = scores.shape
-    num_drafts = num_draft_tokens - 1
-    if num_drafts < 0 or num_drafts > num_candidates:
-        raise TreeConfigError(
-            f"num_draft_tokens - 1 = {num_drafts} must be in [0, {num_candidates}], the "
-            f"candidates of {len(steps)} steps (K + (S-1)*K*K)"
-        )
+    num_drafts = check_num_drafts(steps, num_candidates, num_draft_tokens)
     device = scores.device
     if num_drafts == num_candidates:
         selected = torch.arange(num_candidates, device=device).expand(batch_size, -1)

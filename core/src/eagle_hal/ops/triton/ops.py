@@ -32,7 +32,7 @@ from eagle_hal.ops.reference_checks import (
     check_vocab,
     next_power_of_2,
 )
-from eagle_hal.ops.reference_tree import check_grown_step, first_candidate_id
+from eagle_hal.ops.reference_tree import check_grown_step, check_num_drafts, first_candidate_id
 from eagle_hal.ops.reference_verify import _check_noise, _check_tree_inputs
 from eagle_hal.ops.triton import bookkeeping_kernels as _bookkeeping
 from eagle_hal.ops.triton import noise_kernels as _noise
@@ -120,12 +120,7 @@ class TritonSamplingOps(ReferenceSamplingOps):
             raise TreeConfigError("organize_draft_tree needs at least one grown step")
         scores = torch.cat([s.candidate_scores.float() for s in steps], dim=1)  # [B, M]
         batch_size, num_candidates = scores.shape
-        num_drafts = num_draft_tokens - 1
-        if num_drafts < 0 or num_drafts > num_candidates:
-            raise TreeConfigError(
-                f"num_draft_tokens - 1 = {num_drafts} must be in [0, {num_candidates}], the "
-                f"candidates of {len(steps)} steps (K + (S-1)*K*K)"
-            )
+        num_drafts = check_num_drafts(steps, num_candidates, num_draft_tokens)
         block = _block(num_candidates)
         if block > ORGANIZE_MAX_CANDIDATES:  # the [BLOCK, BLOCK] ranks would not fit
             return super().organize_draft_tree(steps, num_draft_tokens)

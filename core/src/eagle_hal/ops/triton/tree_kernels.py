@@ -6,9 +6,9 @@ best (ties to the lower index) by K masked max-reductions, in the order a stable
 descending sort gives. ``organize_tree_kernel``: one program per request ranks all its
 candidates against each other at once (a ``[BLOCK, BLOCK]`` comparison), keeps the N - 1
 best in candidate order and maps each parent's candidate id to its verify node.
-``build_tree_kernel``: one program per (request, node). The node walks up its parent chain to collect its
-ancestors (the mask row) and its depth; first child and next sibling come from one masked
-vector reduction over the request's parents. Written for any Triton target: no warp-size
+``build_tree_kernel``: one program per (request, node). The node walks up its parent chain
+to collect its ancestors (the mask row) and its depth; first child and next sibling come
+from one masked vector reduction over the request's parents. Written for any Triton target: no warp-size
 assumption, every block a power of two with masked tails.
 """
 
