@@ -11,7 +11,7 @@ done
 grep -h "took\|^data:" $T/data*.log 2>/dev/null; tail -3 $T/host.txt 2>/dev/null
 O=$OUT/ba; W=/tmp/waitjob; rm -rf $W && mkdir -p $O $W
 for f in data data1 train bench benchD; do [ -f $T/$f.log ] && tr '\r' '\n' < $T/$f.log | grep -v '^$' | tail -60 > $W/$f.log; done
-cp $T/status $W/ 2>/dev/null; cp $T/host.txt $W/ 2>/dev/null
+cp $T/status $W/ 2>/dev/null; cp $T/host.txt $W/ 2>/dev/null; cp $T/tests.txt $W/ 2>/dev/null
 for d in bs1E bs1D bs1new bs1shipped; do
   [ -f $T/out/$d/results.json ] && mkdir -p $W/$d && cp $T/out/$d/results.json $W/$d/
 done
