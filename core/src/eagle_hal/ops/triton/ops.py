@@ -118,12 +118,13 @@ class TritonSamplingOps(ReferenceSamplingOps):
     def organize_draft_tree(self, steps: Sequence[TreeStep], num_draft_tokens: int) -> DraftTree:
         if not steps:
             raise TreeConfigError("organize_draft_tree needs at least one grown step")
-        scores = torch.cat([s.candidate_scores.float() for s in steps], dim=1)  # [B, M]
-        batch_size, num_candidates = scores.shape
-        num_drafts = check_num_drafts(steps, num_candidates, num_draft_tokens)
+        num_candidates = sum(s.candidate_scores.shape[1] for s in steps)
         block = _block(num_candidates)
         if block > ORGANIZE_MAX_CANDIDATES:  # the [BLOCK, BLOCK] ranks would not fit
             return super().organize_draft_tree(steps, num_draft_tokens)
+        num_drafts = check_num_drafts(steps, num_candidates, num_draft_tokens)
+        scores = torch.cat([s.candidate_scores.float() for s in steps], dim=1)  # [B, M]
+        batch_size = scores.shape[0]
         tokens = torch.cat([_long(s.candidate_tokens) for s in steps], dim=1)
         parents = torch.cat([_long(s.candidate_parents) for s in steps], dim=1)
         out = [torch.empty(batch_size, num_drafts, dtype=torch.long, device=scores.device)
