@@ -5,7 +5,9 @@
 # Usage: head_job.sh NAME SEED DATA_MINUTES TRAIN_MINUTES (ANSWER_TEMPS=... overrides the
 # answers' temperatures, 0,0,0.3,0.7; GEN_BATCH the data stage's batch, 256; DATA_WORKERS
 # its processes, 2 (lease BH: 1.41x one process's tokens/s on an H100); CUDA_TESTS=0 skips the
-# CUDA tests at the end; SHIPPED_BENCH=0 the shipped head's MT-bench run, about a minute)
+# CUDA tests at the end; SHIPPED_BENCH=0 the shipped head's MT-bench run, about a minute;
+# HEAD_SHAPE adds training flags that shape the head, e.g. "--draft-layers 2
+# --draft-intermediate-size 640" for a stacked EAGLE-1 head of about 9.3 MB)
 # Issue 8: data + training under 25 GPU-minutes; chain S = 5 >= 3.0 and tree K = 4, N >= 8
 # >= 3.5 (head F on an H100: 2.81, 4.13).
 NAME=$1; SEED=$2; DATA_MIN=$3; TRAIN_MIN=$4
@@ -38,7 +40,8 @@ fi
 python3 -m eagle_hal train-draft --stage train --device cuda:0 --model "$GGUF" \
   --out $H --data $T/data.safetensors \
   --steps 60000 --batch-size 32 --unroll-steps 3 --seed 0 --validate-every 4000 \
-  --regression-weight 0.0 --cross-entropy-weight 1.0 --time-budget-min $TRAIN_MIN > $T/train.log 2>&1
+  --regression-weight 0.0 --cross-entropy-weight 1.0 --time-budget-min $TRAIN_MIN \
+  ${HEAD_SHAPE:-} > $T/train.log 2>&1
 note "train rc $?"
 bench() {  # head, out, modes
   python3 -m eagle_hal bench --device cuda:0 --backend cuda --model "$GGUF" --dataset "$MTBENCH" \

@@ -149,16 +149,16 @@ def random_tensors(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, t
     return out
 
 
-def layer_shapes(prefix: str, attention_input: int) -> dict[str, tuple[int, ...]]:
+def layer_shapes(prefix: str, attention_input: int, ffn: int = FFN) -> dict[str, tuple[int, ...]]:
     return {
         f"{prefix}.self_attn.q_proj.weight": (HEADS * HEAD_DIM, attention_input),
         f"{prefix}.self_attn.k_proj.weight": (KV_HEADS * HEAD_DIM, attention_input),
         f"{prefix}.self_attn.v_proj.weight": (KV_HEADS * HEAD_DIM, attention_input),
         f"{prefix}.self_attn.o_proj.weight": (H, HEADS * HEAD_DIM),
         f"{prefix}.post_attention_layernorm.weight": (H,),
-        f"{prefix}.mlp.gate_proj.weight": (FFN, H),
-        f"{prefix}.mlp.up_proj.weight": (FFN, H),
-        f"{prefix}.mlp.down_proj.weight": (H, FFN),
+        f"{prefix}.mlp.gate_proj.weight": (ffn, H),
+        f"{prefix}.mlp.up_proj.weight": (ffn, H),
+        f"{prefix}.mlp.down_proj.weight": (H, ffn),
     }
 
 
@@ -169,15 +169,21 @@ def head_config(**extra) -> dict:
             "max_position_embeddings": 256, "vocab_size": VOCAB, "hidden_act": "silu", **extra}
 
 
-def write_eagle1(directory, seed: int = 11, embed: torch.Tensor | None = None):
-    """A SafeAILab-style EAGLE-1 head directory with random weights."""
-    shapes = {"fc.weight": (H, 2 * H), "fc.bias": (H,), **layer_shapes("layers.0", H)}
+def write_eagle1(directory, seed: int = 11, embed: torch.Tensor | None = None, layers: int = 1,
+                 ffn: int = FFN):
+    """A SafeAILab-style EAGLE-1 head directory with random weights: ``layers`` decoder
+    layers (those after the first with an ``input_layernorm``), MLPs ``ffn`` wide."""
+    shapes = {"fc.weight": (H, 2 * H), "fc.bias": (H,), **layer_shapes("layers.0", H, ffn)}
+    for i in range(1, layers):
+        shapes.update(layer_shapes(f"layers.{i}", H, ffn))
+        shapes[f"layers.{i}.input_layernorm.weight"] = (H,)
     tensors = random_tensors(shapes, seed)
     if embed is not None:
         tensors["embed_tokens.weight"] = embed.clone()
     directory.mkdir(parents=True)
     save_file(tensors, str(directory / "model.safetensors"))
-    config = head_config(architectures=["LlamaForCausalLM"], bias=True)
+    config = head_config(architectures=["LlamaForCausalLM"], bias=True,
+                         num_hidden_layers=layers, intermediate_size=ffn)
     (directory / "config.json").write_text(json.dumps(config))
     return tensors
 
@@ -204,7 +210,7 @@ def write_eagle3(directory, seed: int = 12, **config_extra):
 @pytest.fixture
 def eagle_ckpt():
     """Writers of published-layout EAGLE head directories with random weights:
-    ``write_eagle1(dir, seed=, embed=) -> tensors`` (SafeAILab EAGLE-1) and
+    ``write_eagle1(dir, seed=, embed=, layers=, ffn=) -> tensors`` (SafeAILab EAGLE-1) and
     ``write_eagle3(dir, seed=, **config) -> (tensors, draft_vocab_target_ids)`` (SpecForge)."""
     return types.SimpleNamespace(write_eagle1=write_eagle1, write_eagle3=write_eagle3,
                                  layer_shapes=layer_shapes, head_config=head_config)

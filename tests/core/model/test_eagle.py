@@ -68,8 +68,8 @@ class Oracle:
     """Draft rows computed densely from the checkpoint tensors; a row is
     (token, hidden-in, position) and sees the rows before it in its own history."""
 
-    def __init__(self, variant, tensors, embed):
-        self.variant, self.w, self.embed = variant, tensors, embed.double()
+    def __init__(self, variant, tensors, embed, layers=1):
+        self.variant, self.w, self.embed, self.layers = variant, tensors, embed.double(), layers
 
     def layer_inputs(self, tokens, hidden):
         emb = self.embed[tokens]
@@ -88,7 +88,11 @@ class Oracle:
         positions = torch.tensor([p for _, _, p in history])
         attention_input, residual = self.layer_inputs(tokens, hidden)
         prefix = "layers.0" if self.variant == 1 else "midlayer"
-        return dense_layer(self.w, prefix, attention_input, residual, positions)[-1]
+        out = dense_layer(self.w, prefix, attention_input, residual, positions)
+        for i in range(1, self.layers):  # a stacked EAGLE-1 head: pre-norm Llama layers
+            normed = rms(out, self.w[f"layers.{i}.input_layernorm.weight"])
+            out = dense_layer(self.w, f"layers.{i}", normed, out, positions)
+        return out[-1]
 
     def target_logits(self, out, lm_head=None, subset=None):
         if self.variant == 1:
@@ -122,22 +126,26 @@ def fuse(kernels: str, *models) -> None:
 
 
 @pytest.mark.parametrize("kernels", ["unfused", "triton"])
-@pytest.mark.parametrize("variant", [1, 3])
-def test_head_loads_and_drafts_like_the_oracle(variant, kernels, target, tmp_path, runtime_for,
-                                                eagle_ckpt):
+@pytest.mark.parametrize("variant,layers", [(1, 1), (1, 3), (3, 1)])
+def test_head_loads_and_drafts_like_the_oracle(variant, layers, kernels, target, tmp_path,
+                                                runtime_for, eagle_ckpt):
     """A published-layout head loads by name detection; DRAFT_EXTEND then two DRAFT_DECODE
     steps (K=2 branches, random parents) match the dense oracle; logits and top-k too —
-    unfused, and fused for inference with the Triton model kernels."""
+    unfused, and fused for inference with the Triton model kernels. ``layers = 3``: an
+    EAGLE-1 head of three stacked layers with a narrower MLP (40 against the target's 96),
+    each layer keeping its K/V in its own layer of the draft's KV store."""
     hf_model, model = target
     directory = tmp_path / f"eagle{variant}"
     if variant == 1:
-        tensors, subset = eagle_ckpt.write_eagle1(directory), None
+        ffn = FFN if layers == 1 else 40
+        tensors, subset = eagle_ckpt.write_eagle1(directory, layers=layers, ffn=ffn), None
     else:
         tensors, subset = eagle_ckpt.write_eagle3(directory)
     head = load_eagle_head(directory, model)
     assert isinstance(head, Eagle1DraftModel if variant == 1 else Eagle3DraftModel)
+    assert head.config.num_layers == layers
     fuse(kernels, model, head)
-    oracle = Oracle(variant, tensors, model.model.embed_tokens.weight.detach())
+    oracle = Oracle(variant, tensors, model.model.embed_tokens.weight.detach(), layers)
     rng = random.Random(variant)
     prompts = [[rng.randrange(VOCAB) for _ in range(n)] for n in (6, 9)]
 

@@ -200,6 +200,49 @@ def test_train_draft_unrolled(tmp_path, tiny_chat_model, tiny_chat, cpu_backend)
     _assert_lossless(cpu_backend, target, dataset, out)
 
 
+def test_train_draft_stacked_layers(tmp_path, tiny_chat_model, tiny_chat, cpu_backend):
+    """``--draft-layers 2 --draft-intermediate-size 24``: an EAGLE-1 head of two layers with
+    a narrower MLP than the target's 64. The loss falls; the checkpoint holds the second
+    layer with its input norm and a config saying so; the recipe records both; the loaded
+    head has two layers and generates exactly plain decoding's tokens."""
+    from eagle_hal.model.loading.hf import safetensors_files
+
+    target, _ = tiny_chat
+    out = tmp_path / "head"
+    shape = ["--draft-layers", "2", "--draft-intermediate-size", "24"]
+    common = _common(tiny_chat_model, out)
+    assert main(["train-draft", *common, *DATA_ARGS, *TRAIN_ARGS, *shape]) == 0
+
+    recipe = read_recipe(out)
+    assert recipe is not None and recipe["steps"] == 60
+    assert recipe["train"]["draft_layers"] == 2
+    assert recipe["train"]["draft_intermediate_size"] == 24
+    assert "--draft-layers 2" in recipe["command"]
+    assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["intermediate_size"] == 24
+    from safetensors import safe_open
+
+    with safe_open(str(safetensors_files(out)[0]), "pt") as f:
+        names = set(f.keys())
+        assert f.get_slice("layers.1.mlp.up_proj.weight").get_shape() == [24, 32]
+    assert "layers.1.input_layernorm.weight" in names
+    assert "layers.0.input_layernorm.weight" not in names  # EAGLE-1's first layer has none
+    head = load_eagle_head(out, target, dtype=torch.float32)
+    assert head.config.num_layers == 2 and len(head.layers) == 2
+    dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
+    _assert_lossless(cpu_backend, target, dataset, out)
+
+
+def test_stacked_layers_are_refused_for_eagle3_before_anything_loads(tmp_path):
+    """``--variant eagle3 --draft-layers 2``: refused at once with a message."""
+    args = ["train-draft", "--device", "cpu", "--model", str(tmp_path / "missing.gguf"),
+            "--out", str(tmp_path / "head"), "--variant", "eagle3", "--draft-layers", "2"]
+    with pytest.raises(SystemExit, match="for eagle1"):
+        main(args)
+    assert not (tmp_path / "head").exists()
+
+
 def test_train_draft_eagle3(tmp_path, tiny_chat_model_deep, cpu_backend):
     """``--variant eagle3``, unrolled over 2 steps, on the data file of a plain data stage:
     the loss falls, the recipe records the variant and the cross-entropy alone, the head is

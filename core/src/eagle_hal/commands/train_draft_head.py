@@ -25,6 +25,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the head trained: eagle1 (the target's final feature, its lm_head) or eagle3 "
         "(fc over 3 target layers' streams, its own norm and lm_head, cross-entropy alone)",
     )
+    train.add_argument(
+        "--draft-layers",
+        type=int,
+        default=1,
+        help="eagle1: decoder layers in the head (1, EAGLE-1's; more are stacked pre-norm "
+        "layers, each its own draft KV layer)",
+    )
+    train.add_argument(
+        "--draft-intermediate-size",
+        type=int,
+        default=None,
+        help="eagle1: the head's MLP width (default: the target's)",
+    )
     train.add_argument("--steps", type=int, default=3000)
     train.add_argument("--batch-size", type=int, default=32, help="sequences per step")
     train.add_argument("--lr", type=float, default=5e-4)
@@ -84,6 +97,15 @@ def check_arguments(args: argparse.Namespace) -> None:
             "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
             ">= 0 and not both 0"
         )
+    if args.draft_layers < 1 or (args.draft_intermediate_size or 1) < 1:
+        raise SystemExit(
+            "eagle-hal train-draft: --draft-layers and --draft-intermediate-size must be >= 1"
+        )
+    if variant.name != "eagle1" and (args.draft_layers != 1 or args.draft_intermediate_size):
+        raise SystemExit(
+            f"eagle-hal train-draft: --variant {variant.name} has one layer of the target's "
+            "width: --draft-layers and --draft-intermediate-size are for eagle1"
+        )
     if args.regression_weight > 0 and not variant.regresses_features:
         raise SystemExit(
             f"eagle-hal train-draft: --variant {variant.name} trains on the distribution "
@@ -110,6 +132,8 @@ def train(
 
     config = TrainConfig(
         variant=args.variant,
+        draft_layers=args.draft_layers,
+        draft_intermediate_size=args.draft_intermediate_size,
         steps=args.steps,
         batch_size=args.batch_size,
         lr=args.lr,

@@ -99,13 +99,12 @@ class ModelRunner:
         if draft is not None:
             dc = draft.config
             self.draft_kv = KVStorage.for_allocator(
-                self.allocator, num_layers=1, num_kv_heads=dc.num_kv_heads,
+                self.allocator, num_layers=dc.num_layers, num_kv_heads=dc.num_kv_heads,
                 head_dim=dc.head_dim, layout=layout, dtype=dtype, device=self.device,
             )
-            draft_config = dataclasses.replace(
-                self._attention_config(dc, self.draft_kv), num_layers=1
+            self.draft_attn = backend.create_attention_backend(
+                self._attention_config(dc, self.draft_kv)
             )
-            self.draft_attn = backend.create_attention_backend(draft_config)
 
     def _attention_config(self, config: Any, kv: KVStorage, shards: int = 1) -> AttentionConfig:
         return AttentionConfig(

@@ -1,9 +1,11 @@
 """EAGLE draft heads: one interface, two strategies (EAGLE-1 and EAGLE-3).
 
-Both heads are one decoder layer that reads the token embedding together with a feature
-vector and writes its K/V into the draft's own one-layer KV store, through the same
-``AttentionBackend`` contract as the target (DRAFT_EXTEND, DRAFT_DECODE, EXTEND). They
-differ in four decisions, each a method of the strategy subclass:
+Both heads are a decoder layer that reads the token embedding together with a feature
+vector and writes its K/V into the draft's own KV store, through the same
+``AttentionBackend`` contract as the target (DRAFT_EXTEND, DRAFT_DECODE, EXTEND); an
+EAGLE-1 head may stack more plain layers after it (``eagle_hal.model.eagle_layers``), each
+with its own layer of that store. They differ in four decisions, each a method of the
+strategy subclass:
 
 ================  =====================================  =======================================
 decision          EAGLE-1                                EAGLE-3
@@ -18,7 +20,7 @@ vocabulary        the target's ``lm_head``, over the     its own ``lm_head`` ove
                   draft vocabulary (``with_vocabulary``) ids: ``target = draft + d2t[draft]``
 ================  =====================================  =======================================
 
-``forward`` returns the layer output *before* any norm: it is the ``hidden`` of the next
+``forward`` returns the last layer's output *before* any norm: it is the ``hidden`` of the next
 draft step. Parameter and buffer names are the published checkpoints' (SafeAILab EAGLE,
 SpecForge), so ``state_dict()`` is the checkpoint layout. The target's embedding (and
 EAGLE-1's ``lm_head``) are shared by reference, not registered: they are neither saved nor
@@ -37,22 +39,13 @@ from torch import nn
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.eagle_layers import DraftLayer, Eagle3Layer, StackedDraftLayer
 from eagle_hal.model.fusion import fuse_for_inference
-from eagle_hal.model.layers import (
-    MLP,
-    Attention,
-    RMSNorm,
-    RotaryEmbedding,
-    fused_kernels_for,
-    lm_head_logits,
-)
+from eagle_hal.model.layers import RMSNorm, RotaryEmbedding, lm_head_logits
 from eagle_hal.model.llama import LlamaForCausalLM, ModelOutput
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
 __all__ = ["Eagle1DraftModel", "Eagle3DraftModel", "EagleDraftModel", "default_eagle3_aux_layers"]
-
-_DRAFT_LAYER_ID = 0  # the draft's KV store has exactly one layer
-
 
 def default_eagle3_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
     """The published EAGLE-3 feature layers: the residual streams entering layers
@@ -60,50 +53,11 @@ def default_eagle3_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
     return (2, num_target_layers // 2, num_target_layers - 3)
 
 
-class _DraftLayer(nn.Module):
-    """Attention + MLP of a draft layer; the strategy supplies the attention input and the
-    residual it is added to."""
-
-    def __init__(self, config: ModelConfig, attention_input_size: int) -> None:
-        super().__init__()
-        self.self_attn = Attention(config, _DRAFT_LAYER_ID, input_size=attention_input_size)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config.hidden_size, config.intermediate_size)
-
-    def forward(
-        self,
-        attention_input: torch.Tensor,
-        residual: torch.Tensor,
-        rotary: tuple[torch.Tensor, torch.Tensor],
-        batch: ForwardBatch,
-        attn: AttentionBackend,
-    ) -> torch.Tensor:
-        fused = fused_kernels_for(attention_input, self.self_attn, self.mlp)
-        if fused is not None:
-            attention_out, _ = self.self_attn.forward_fused(
-                fused, attention_input, None, None, rotary, batch, attn
-            )
-            # (attention_out + residual) + mlp(norm(attention_out + residual))
-            out, _ = self.mlp.forward_fused(
-                fused, attention_out, residual, self.post_attention_layernorm, add_stream=True
-            )
-            return out
-        attention_out = self.self_attn(attention_input, rotary, batch, attn)
-        normed, hidden = self.post_attention_layernorm.add_norm(attention_out, residual)
-        return hidden + self.mlp(normed)
-
-
-class _Eagle3Layer(_DraftLayer):
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__(config, attention_input_size=2 * config.hidden_size)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.hidden_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-
-
 class EagleDraftModel(nn.Module, abc.ABC):
     """The draft-head interface the speculative worker uses.
 
-    ``config`` is the draft layer's geometry (``num_layers == 1``); ``aux_layers`` the target
+    ``config`` is the draft layers' geometry (``num_layers`` of them: 1, or more for a
+    stacked EAGLE-1 head); ``aux_layers`` the target
     layers whose residual streams the target must return (``()`` for EAGLE-1). Parameters
     are uninitialised until loaded (``eagle_hal.model.loading.load_eagle_head``).
     """
@@ -130,8 +84,12 @@ class EagleDraftModel(nn.Module, abc.ABC):
         """``(attention input, residual)`` from embeddings and features, both ``[T, H]``."""
 
     @abc.abstractmethod
-    def _draft_layer(self) -> _DraftLayer:
-        """The head's one decoder layer (its KV is layer 0 of the draft's store)."""
+    def _draft_layer(self) -> DraftLayer:
+        """The head's first decoder layer (its KV is layer 0 of the draft's store)."""
+
+    def _stacked_layers(self) -> tuple[StackedDraftLayer, ...]:
+        """The layers after the first (EAGLE-1 heads of ``num_layers > 1``)."""
+        return ()
 
     @abc.abstractmethod
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
@@ -164,7 +122,7 @@ class EagleDraftModel(nn.Module, abc.ABC):
             num_heads=self.config.num_heads,
             num_kv_heads=self.config.num_kv_heads,
             head_dim=self.config.head_dim,
-            num_layers=1,
+            num_layers=self.config.num_layers,
             scaling=self.config.head_dim**-0.5,
             kv_store=kv_store,
             req_to_token=req_to_token,
@@ -182,7 +140,7 @@ class EagleDraftModel(nn.Module, abc.ABC):
         ``input_ids`` ``[T]`` (default ``batch.input_ids``) are the tokens; ``hidden``
         ``[T, H]`` is either ``project_target_features(...)`` or this head's previous output.
         Writes the draft K/V through ``attn`` (planning ``batch`` if needed). Returns the
-        layer output ``[T, H]`` before any norm.
+        last layer's output ``[T, H]`` before any norm.
         """
         if batch.attn_metadata is None:
             batch.attn_metadata = attn.plan(batch)
@@ -191,7 +149,10 @@ class EagleDraftModel(nn.Module, abc.ABC):
         embeds = self.embed_tokens(tokens).to(self.dtype)  # [T, H]
         attention_input, residual = self._layer_input(embeds, hidden)
         rotary = self.rotary.cos_sin(batch.positions, self.dtype)
-        return self._draft_layer()(attention_input, residual, rotary, batch, attn)
+        out = self._draft_layer()(attention_input, residual, rotary, batch, attn)
+        for layer in self._stacked_layers():
+            out = layer.run(out, rotary, batch, attn)
+        return out
 
     @property
     def kernels(self) -> ModelKernels:
@@ -222,10 +183,12 @@ class EagleDraftModel(nn.Module, abc.ABC):
 
 
 class Eagle1DraftModel(EagleDraftModel):
-    """EAGLE-1: ``fc`` over ``cat(embedding, feature)``, one decoder layer without its input
-    norm, the target's ``lm_head`` on the un-normed output. Names: ``fc.{weight,bias}``,
+    """EAGLE-1: ``fc`` over ``cat(embedding, feature)``, a decoder layer without its input
+    norm (then, for ``config.num_layers > 1``, plain pre-norm layers), the target's
+    ``lm_head`` on the un-normed output. Names: ``fc.{weight,bias}``,
     ``layers.0.self_attn.{q,k,v,o}_proj.weight``, ``layers.0.post_attention_layernorm.weight``,
-    ``layers.0.mlp.{gate,up,down}_proj.weight``."""
+    ``layers.0.mlp.{gate,up,down}_proj.weight``; ``layers.i`` for ``i >= 1`` also
+    ``layers.i.input_layernorm.weight``."""
 
     def __init__(
         self,
@@ -241,9 +204,14 @@ class Eagle1DraftModel(EagleDraftModel):
                 f"an EAGLE-1 head's hidden size ({config.hidden_size}) must equal the "
                 f"target's ({target.config.hidden_size})"
             )
+        if config.num_layers < 1:
+            raise ValueError(f"an EAGLE-1 head has at least 1 layer, got {config.num_layers}")
         with torch.device("meta"):
             self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=fc_bias)
-            self.layers = nn.ModuleList([_DraftLayer(config, config.hidden_size)])
+            self.layers = nn.ModuleList(
+                [DraftLayer(config, config.hidden_size)]
+                + [StackedDraftLayer(config, i) for i in range(1, config.num_layers)]
+            )
         self.to_empty(device=target.device)
         self.to(dtype or target.dtype)
         self._target_lm_head = (target.lm_head,)  # shared, not registered
@@ -299,8 +267,11 @@ class Eagle1DraftModel(EagleDraftModel):
         fused = self.fc(torch.cat([embeds, hidden], dim=-1))  # [T, H]
         return fused, fused
 
-    def _draft_layer(self) -> _DraftLayer:
+    def _draft_layer(self) -> DraftLayer:
         return self.layers[0]
+
+    def _stacked_layers(self) -> tuple[StackedDraftLayer, ...]:
+        return tuple(self.layers[1:])
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:
         if self._vocab_rows is not None:
@@ -346,6 +317,8 @@ class Eagle3DraftModel(EagleDraftModel):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(config, target)
+        if config.num_layers != 1:
+            raise ValueError(f"an EAGLE-3 head has one layer, got {config.num_layers}")
         self.aux_layers = aux_layers or default_eagle3_aux_layers(target.config.num_layers)
         if len(self.aux_layers) != 3:
             raise ValueError(f"EAGLE-3 fuses exactly 3 target layers, got {self.aux_layers}")
@@ -354,7 +327,7 @@ class Eagle3DraftModel(EagleDraftModel):
         feature_size = target_hidden_size or target.config.hidden_size
         with torch.device("meta"):
             self.fc = nn.Linear(3 * feature_size, config.hidden_size, bias=False)
-            self.midlayer = _Eagle3Layer(config)
+            self.midlayer = Eagle3Layer(config)
             self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
             self.lm_head = nn.Linear(config.hidden_size, draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(draft_vocab_size, dtype=torch.int64))
@@ -380,7 +353,7 @@ class Eagle3DraftModel(EagleDraftModel):
         attention_input = torch.cat([self.midlayer.input_layernorm(embeds), normed], dim=-1)
         return attention_input, normed if self.norm_before_residual else hidden
 
-    def _draft_layer(self) -> _DraftLayer:
+    def _draft_layer(self) -> DraftLayer:
         return self.midlayer
 
     def _draft_logits(self, hidden_out: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,8 @@ while the target still depends on its context through attention.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from eagle_hal.model.config import ModelConfig
@@ -45,8 +47,14 @@ def tiny_target(
     return model
 
 
-def tiny_eagle1(target: LlamaForCausalLM, seed: int = 1) -> Eagle1DraftModel:
-    config = tiny_config(target.config.vocab_size, layers=1)
+def tiny_eagle1(
+    target: LlamaForCausalLM, seed: int = 1, layers: int = 1, intermediate_size: int = 64
+) -> Eagle1DraftModel:
+    """A random EAGLE-1 head for a ``tiny_target``: ``layers`` > 1 stacks pre-norm layers
+    after the first (each its own draft KV layer), MLPs ``intermediate_size`` wide."""
+    config = dataclasses.replace(
+        tiny_config(target.config.vocab_size, layers=layers), intermediate_size=intermediate_size
+    )
     head = Eagle1DraftModel(config, target, fc_bias=True, dtype=torch.float32)
     randomize(head, seed)
     return head

@@ -40,6 +40,8 @@ class TrainConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     grad_clip: float = 0.5
     variant: str = "eagle1"
+    draft_layers: int = 1  # EAGLE-1 only: decoder layers in the head
+    draft_intermediate_size: int | None = None  # EAGLE-1 only: its MLP width (None: the target's)
     regression_weight: float = 1.0  # EAGLE-1's; for_variant starts from each variant's
     cross_entropy_weight: float = 0.1
     feature_noise: float = 0.1
@@ -60,6 +62,17 @@ class TrainConfig:
                 f"a {variant.name} head trains on the distribution alone (its output is not "
                 "in the target's feature space): set regression_weight to 0, or build the "
                 f"settings with TrainConfig.for_variant({variant.name!r}, ...)"
+            )
+        if self.draft_layers < 1:
+            raise ValueError(f"draft_layers must be >= 1, got {self.draft_layers}")
+        if self.draft_intermediate_size is not None and self.draft_intermediate_size < 1:
+            raise ValueError("draft_intermediate_size must be >= 1")
+        if variant.name != "eagle1" and (
+            self.draft_layers != 1 or self.draft_intermediate_size is not None
+        ):
+            raise ValueError(
+                f"a {variant.name} head has one layer of the target's width: draft_layers "
+                "and draft_intermediate_size are for eagle1 heads"
             )
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")

@@ -110,7 +110,10 @@ def train_head(
             progress=progress,
         )
     noise = variant.noise_half_width(config.feature_noise, features, train_ids)
-    head = variant.init_head(target, config.seed).train()
+    head = variant.init_head(
+        target, config.seed, layers=config.draft_layers,
+        intermediate_size=config.draft_intermediate_size,
+    ).train()
     optimizer = torch.optim.AdamW(
         head.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay
     )

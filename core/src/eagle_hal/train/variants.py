@@ -58,8 +58,12 @@ class HeadVariant(abc.ABC):
         each token's final normed state (``()``: the final state alone)."""
 
     @abc.abstractmethod
-    def init_head(self, target: LlamaForCausalLM, seed: int) -> EagleDraftModel:
-        """A fresh float32 head for ``target``, its weights drawn from ``seed``."""
+    def init_head(
+        self, target: LlamaForCausalLM, seed: int, *, layers: int = 1,
+        intermediate_size: int | None = None,
+    ) -> EagleDraftModel:
+        """A fresh float32 head for ``target``, its weights drawn from ``seed``; ``layers``
+        and ``intermediate_size`` (None: the target's) shape an EAGLE-1 head."""
 
     @abc.abstractmethod
     def noise_half_width(
@@ -95,10 +99,17 @@ class HeadVariant(abc.ABC):
         """Write ``head`` as a published-layout head directory."""
 
 
-def init_eagle1(target: LlamaForCausalLM, seed: int) -> Eagle1DraftModel:
-    """A fresh float32 EAGLE-1 head with the target's layer geometry: linear weights
-    N(0, 0.02), biases 0, norm weights 1."""
-    config = dataclasses.replace(target.config, num_layers=1)
+def init_eagle1(
+    target: LlamaForCausalLM, seed: int, *, layers: int = 1, intermediate_size: int | None = None
+) -> Eagle1DraftModel:
+    """A fresh float32 EAGLE-1 head of ``layers`` decoder layers with the target's layer
+    geometry (the MLP ``intermediate_size`` wide if given): linear weights N(0, 0.02),
+    biases 0, norm weights 1."""
+    config = dataclasses.replace(
+        target.config,
+        num_layers=layers,
+        intermediate_size=intermediate_size or target.config.intermediate_size,
+    )
     head = Eagle1DraftModel(config, target, fc_bias=True, dtype=torch.float32)
     draw_initial_weights(head, seed)
     return head
@@ -128,8 +139,11 @@ class Eagle1Variant(HeadVariant):
     def feature_layers(self, target: LlamaForCausalLM) -> tuple[int, ...]:
         return ()
 
-    def init_head(self, target: LlamaForCausalLM, seed: int) -> EagleDraftModel:
-        return init_eagle1(target, seed)
+    def init_head(
+        self, target: LlamaForCausalLM, seed: int, *, layers: int = 1,
+        intermediate_size: int | None = None,
+    ) -> EagleDraftModel:
+        return init_eagle1(target, seed, layers=layers, intermediate_size=intermediate_size)
 
     def noise_half_width(
         self, feature_noise: float, features: FeatureStore, train_ids: torch.Tensor
@@ -185,7 +199,12 @@ class Eagle3Variant(HeadVariant):
     def feature_layers(self, target: LlamaForCausalLM) -> tuple[int, ...]:
         return eagle3_feature_layers(target)
 
-    def init_head(self, target: LlamaForCausalLM, seed: int) -> EagleDraftModel:
+    def init_head(
+        self, target: LlamaForCausalLM, seed: int, *, layers: int = 1,
+        intermediate_size: int | None = None,
+    ) -> EagleDraftModel:
+        if layers != 1 or intermediate_size is not None:
+            raise ValueError("an EAGLE-3 head has one layer of the target's width")
         return init_eagle3(target, seed)
 
     def noise_half_width(

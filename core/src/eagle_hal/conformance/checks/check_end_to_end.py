@@ -44,11 +44,16 @@ def model_pairs(backend: Backend) -> dict[str, tuple[Any, Any]]:
     good_target = near_bigram_target(seed=5, device=device)
     return {
         "random-head": (random_target, tiny_eagle1(random_target, seed=12).to(device)),
+        # an EAGLE-1 head of two stacked layers, narrower MLPs: two layers of draft KV
+        "stacked-head": (
+            random_target,
+            tiny_eagle1(random_target, seed=13, layers=2, intermediate_size=24).to(device),
+        ),
         "matching-head": (good_target, matching_eagle1(good_target, noise=0.02).to(device)),
     }
 
 
-@pytest.mark.parametrize("pair", ["random-head", "matching-head"])
+@pytest.mark.parametrize("pair", ["random-head", "stacked-head", "matching-head"])
 @pytest.mark.parametrize("spec", SPECS)
 def test_greedy_equals_plain_decoding(backend: Backend, model_pairs: Any, pair: str, spec: SpecConfig) -> None:
     """At temperature 0 speculation changes nothing but speed; no page leaks."""

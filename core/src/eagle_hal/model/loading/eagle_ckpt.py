@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 _EMBEDDING = "embed_tokens.weight"
+_LAYER_NAME = re.compile(r"layers\.(\d+)\.")
 
 
 class EagleVariant(enum.Enum):
@@ -90,7 +92,7 @@ def load_eagle_head(
     prefix = "midlayer" if variant is EagleVariant.EAGLE3 else "layers.0"
     config = dataclasses.replace(
         ModelConfig.from_hf_config(raw, architecture="llama"),
-        num_layers=1,
+        num_layers=_eagle1_layer_count(shapes) if variant is EagleVariant.EAGLE1 else 1,
         vocab_size=target.config.vocab_size,
         attention_bias=f"{prefix}.self_attn.q_proj.bias" in shapes,
         attention_out_bias=f"{prefix}.self_attn.o_proj.bias" in shapes,
@@ -129,6 +131,13 @@ def load_eagle_head(
     return head.eval()
 
 
+def _eagle1_layer_count(shapes: dict[str, tuple[int, ...]]) -> int:
+    """How many decoder layers an EAGLE-1 checkpoint holds: one past the highest
+    ``layers.<i>.`` index (a gap shows up as missing tensors when the head loads)."""
+    indices = [int(m.group(1)) for m in map(_LAYER_NAME.match, shapes) if m is not None]
+    return max(indices) + 1
+
+
 def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
     from safetensors import safe_open
 
@@ -160,8 +169,8 @@ def _adopt_embedding(head: EagleDraftModel, weight: torch.Tensor, source: str) -
 
 def save_eagle1(head: Eagle1DraftModel, directory: str | Path) -> None:
     """Write ``head`` as a published-layout EAGLE-1 directory: ``config.json`` (a Llama
-    config with ``num_hidden_layers = 1``) and ``model.safetensors`` (``fc.*``,
-    ``layers.0.*``). Creates ``directory``; overwrites those two files."""
+    config with ``num_hidden_layers`` the head's layers, usually 1) and ``model.safetensors``
+    (``fc.*``, ``layers.<i>.*``). Creates ``directory``; overwrites those two files."""
     if not isinstance(head, Eagle1DraftModel):
         raise TypeError(f"save_eagle1 writes EAGLE-1 heads, got {type(head).__name__}")
     _write_head(head, directory, _head_config_json(head, head.config))
@@ -236,7 +245,7 @@ def _head_config_json(head: EagleDraftModel, config: ModelConfig) -> dict[str, A
         "num_attention_heads": config.num_heads,
         "num_key_value_heads": config.num_kv_heads,
         "head_dim": config.head_dim,
-        "num_hidden_layers": 1,
+        "num_hidden_layers": config.num_layers,
         "rms_norm_eps": config.rms_norm_eps,
         "rope_theta": config.rope_theta,
         "rope_scaling": rope_scaling,
