@@ -29,13 +29,16 @@ ORIGINS = [0, 3, 7]  # chain origins o (draft positions whose extend output star
 def _models(variant="eagle1"):
     """A tiny target and head; the head's weights are small enough that its own outputs
     stay of order 1 over several steps (float32 error stays ~1e-6). EAGLE-3 needs a target
-    deep enough for its feature layers (2, 4, 5)."""
+    deep enough for its feature layers (2, 4, 5); ``eagle1-stacked`` is an EAGLE-1 head of
+    three layers with 24-wide MLPs."""
     if variant == "eagle3":
         target = tiny_target(seed=61, vocab=97, layers=8)
         head = init_eagle3(target, seed=62)
     else:
         target = tiny_target(seed=61, vocab=97, layers=2)
-        head = tiny_eagle1(target, seed=62)
+        stacked = variant == "eagle1-stacked"
+        head = tiny_eagle1(target, seed=62, layers=3 if stacked else 1,
+                           intermediate_size=24 if stacked else 64)
     randomize(head, seed=62, scale=0.12)
     return target, head
 
@@ -82,11 +85,12 @@ def _engine_chain(runner, tokens, features, origin, steps):
     return outputs
 
 
-@pytest.mark.parametrize("variant", ["eagle1", "eagle3"])
+@pytest.mark.parametrize("variant", ["eagle1", "eagle1-stacked", "eagle3"])
 def test_unrolled_steps_match_the_engine_chain(cpu_backend, rows, variant):
     """For several origins and both rows, g_s[o + s - 1] equals the engine's depth-s output
     (EAGLE-3: step 1 reads fc of the target's layer streams, later steps the head's own
-    output before its norm, as the engine feeds them)."""
+    output before its norm, as the engine feeds them; a stacked head through every layer,
+    each with its own training and draft KV)."""
     target, head = _models(variant)
     with torch.no_grad():
         features = _draft_features(target, head, rows)  # [B, L, H]

@@ -97,11 +97,12 @@ def check_arguments(args: argparse.Namespace) -> None:
             "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
             ">= 0 and not both 0"
         )
-    if args.draft_layers < 1 or (args.draft_intermediate_size or 1) < 1:
+    width = args.draft_intermediate_size
+    if args.draft_layers < 1 or (width is not None and width < 1):
         raise SystemExit(
             "eagle-hal train-draft: --draft-layers and --draft-intermediate-size must be >= 1"
         )
-    if variant.name != "eagle1" and (args.draft_layers != 1 or args.draft_intermediate_size):
+    if variant.name != "eagle1" and (args.draft_layers != 1 or width is not None):
         raise SystemExit(
             f"eagle-hal train-draft: --variant {variant.name} has one layer of the target's "
             "width: --draft-layers and --draft-intermediate-size are for eagle1"

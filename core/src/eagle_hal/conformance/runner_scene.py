@@ -178,12 +178,14 @@ class RunnerScene:
                            positions_t.view(DRAFT_STEPS - 1, size * topk), roots, state)
 
     def scramble_draft_kv(self, slots: torch.Tensor) -> None:
-        """Random K/V at ``slots`` of the draft store: what a forward should overwrite."""
+        """Random K/V at ``slots`` of every layer of the draft store: what a forward should
+        overwrite."""
         store = self.runner.draft_kv
         assert store is not None
         shape = (slots.numel(), store.num_kv_heads, store.head_dim)
-        k, v = (torch.randn(shape, generator=self.gen).to(self.runner.device) for _ in range(2))
-        store.write_kv(0, slots.reshape(-1), k, v)
+        for layer in range(store.num_layers):
+            k, v = (torch.randn(shape, generator=self.gen).to(self.runner.device) for _ in range(2))
+            store.write_kv(layer, slots.reshape(-1), k, v)
 
     # -- running and observing ---------------------------------------------------------------
 

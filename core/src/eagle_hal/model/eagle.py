@@ -117,7 +117,7 @@ class EagleDraftModel(nn.Module, abc.ABC):
         return self._target_embedding[0]
 
     def attention_config(self, kv_store: KVStore, req_to_token: torch.Tensor) -> AttentionConfig:
-        """The ``AttentionConfig`` of the draft's one-layer attention."""
+        """The ``AttentionConfig`` of the draft's attention (one KV layer per head layer)."""
         return AttentionConfig(
             num_heads=self.config.num_heads,
             num_kv_heads=self.config.num_kv_heads,

@@ -68,6 +68,15 @@ class StackedDraftLayer(DraftLayer):
         attn: AttentionBackend,
     ) -> torch.Tensor:
         """The layer's output ``[T, H]`` from the previous layer's ``hidden`` ``[T, H]``."""
+        fused = fused_kernels_for(hidden, self.self_attn, self.mlp)
+        if fused is not None:  # the input norm inside the fused QKV launch
+            attention_out, stream = self.self_attn.forward_fused(
+                fused, hidden, None, self.input_layernorm, rotary, batch, attn
+            )
+            out, _ = self.mlp.forward_fused(
+                fused, attention_out, stream, self.post_attention_layernorm, add_stream=True
+            )
+            return out
         return self(self.input_layernorm(hidden), hidden, rotary, batch, attn)
 
 

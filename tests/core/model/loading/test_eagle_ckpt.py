@@ -192,3 +192,31 @@ def test_head_loading_errors(target, tmp_path, eagle_ckpt):
     eagle_ckpt.write_eagle1(tmp_path / "vocab", embed=torch.zeros(50, 64))
     with pytest.raises(TensorShapeMismatch, match="embed_tokens.weight"):
         load_eagle_head(tmp_path / "vocab", target)
+
+
+def test_stacked_eagle1_round_trip_and_layer_count(target, tmp_path, eagle_ckpt):
+    """A two-layer EAGLE-1 head with 40-wide MLPs loads with two layers; save_eagle1 writes
+    the same tensors and a config with num_hidden_layers 2 and intermediate_size 40. The
+    tensors decide the layer count: a config that says otherwise is reported with a
+    warning, and a gap in the layer indices is a missing-tensors error."""
+    tensors = eagle_ckpt.write_eagle1(tmp_path / "stacked", layers=2, ffn=40)
+    head = load_eagle_head(tmp_path / "stacked", target)
+    assert head.config.num_layers == 2 and head.config.intermediate_size == 40
+    save_eagle1(head, tmp_path / "saved")
+    saved = load_file(str(tmp_path / "saved" / "model.safetensors"))
+    assert saved.keys() == tensors.keys()
+    assert all(torch.equal(saved[name], tensor) for name, tensor in tensors.items())
+    config = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["intermediate_size"]) == (2, 40)
+
+    config["num_hidden_layers"] = 30  # e.g. an export that copied the target's config
+    (tmp_path / "saved" / "config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"num_hidden_layers = 30.*hold 2 layer"):
+        assert load_eagle_head(tmp_path / "saved", target).config.num_layers == 2
+
+    gap = {name: t for name, t in tensors.items() if not name.startswith("layers.1.")}
+    gap.update({name.replace("layers.1.", "layers.2."): t
+                for name, t in tensors.items() if name.startswith("layers.1.")})
+    save_file(gap, str(tmp_path / "stacked" / "model.safetensors"))
+    with pytest.warns(UserWarning), pytest.raises(MissingTensorsError, match=r"layers\.1\."):
+        load_eagle_head(tmp_path / "stacked", target)

@@ -20,6 +20,7 @@ import dataclasses
 import enum
 import json
 import re
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,8 @@ def load_eagle_head(
     prefix = "midlayer" if variant is EagleVariant.EAGLE3 else "layers.0"
     config = dataclasses.replace(
         ModelConfig.from_hf_config(raw, architecture="llama"),
-        num_layers=_eagle1_layer_count(shapes) if variant is EagleVariant.EAGLE1 else 1,
+        num_layers=_eagle1_layer_count(shapes, raw, directory)
+        if variant is EagleVariant.EAGLE1 else 1,
         vocab_size=target.config.vocab_size,
         attention_bias=f"{prefix}.self_attn.q_proj.bias" in shapes,
         attention_out_bias=f"{prefix}.self_attn.o_proj.bias" in shapes,
@@ -131,11 +133,24 @@ def load_eagle_head(
     return head.eval()
 
 
-def _eagle1_layer_count(shapes: dict[str, tuple[int, ...]]) -> int:
+def _eagle1_layer_count(
+    shapes: dict[str, tuple[int, ...]], raw: dict[str, Any], directory: Path
+) -> int:
     """How many decoder layers an EAGLE-1 checkpoint holds: one past the highest
-    ``layers.<i>.`` index (a gap shows up as missing tensors when the head loads)."""
+    ``layers.<i>.`` index (a gap shows up as missing tensors when the head loads). The
+    tensors decide; a config.json ``num_hidden_layers`` that says otherwise (some exports
+    copy the target's) is reported with a warning."""
     indices = [int(m.group(1)) for m in map(_LAYER_NAME.match, shapes) if m is not None]
-    return max(indices) + 1
+    count = max(indices) + 1
+    stated = raw.get("num_hidden_layers")
+    if stated is not None and int(stated) != count:
+        warnings.warn(
+            f"EAGLE-1 head {directory}: config.json says num_hidden_layers = {stated}, but "
+            f"its tensors hold {count} layer(s) (layers.0 .. layers.{count - 1}); loading "
+            f"{count}",
+            stacklevel=3,
+        )
+    return count
 
 
 def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
