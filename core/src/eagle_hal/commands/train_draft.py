@@ -8,8 +8,9 @@ Two stages, each resumable on its own (one device command may be time-limited):
 * ``--stage train``: features from the target, then the head's loss (``--variant``:
   ``eagle1``, the default, or ``eagle3``; ``--unroll-steps N``: unrolled over N draft steps,
   as a chain drafts at inference; ``--draft-layers``, ``--draft-intermediate-size``:
-  an EAGLE-1 head of stacked layers, narrower MLPs); the head is saved to ``--out`` at every validation and
-  at the end (the variant's published layout, bf16, with the recipe in ``config.json``).
+  an EAGLE-1 head of stacked layers, narrower MLPs); the head is saved to ``--out`` at
+  every validation and at the end (the variant's published layout, bf16, with the recipe
+  in ``config.json``).
   Both variants train on the same data file.
 
 ``--stage all`` (the default) runs both. ``--time-budget-min`` bounds the whole command:

@@ -47,6 +47,7 @@ from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
 __all__ = ["Eagle1DraftModel", "Eagle3DraftModel", "EagleDraftModel", "default_eagle3_aux_layers"]
 
+
 def default_eagle3_aux_layers(num_target_layers: int) -> tuple[int, int, int]:
     """The published EAGLE-3 feature layers: the residual streams entering layers
     ``(2, L // 2, L - 3)`` (HF ``hidden_states`` indices)."""
@@ -57,9 +58,9 @@ class EagleDraftModel(nn.Module, abc.ABC):
     """The draft-head interface the speculative worker uses.
 
     ``config`` is the draft layers' geometry (``num_layers`` of them: 1, or more for a
-    stacked EAGLE-1 head); ``aux_layers`` the target
-    layers whose residual streams the target must return (``()`` for EAGLE-1). Parameters
-    are uninitialised until loaded (``eagle_hal.model.loading.load_eagle_head``).
+    stacked EAGLE-1 head); ``aux_layers`` the target layers whose residual streams the
+    target must return (``()`` for EAGLE-1). Parameters are uninitialised until loaded
+    (``eagle_hal.model.loading.load_eagle_head``).
     """
 
     aux_layers: tuple[int, ...] = ()
