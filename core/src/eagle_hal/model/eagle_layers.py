@@ -20,8 +20,8 @@ __all__ = ["DraftLayer", "Eagle3Layer", "StackedDraftLayer"]
 
 
 class DraftLayer(nn.Module):
-    """Attention + MLP of a draft layer; the caller supplies the attention input and the
-    residual it is added to."""
+    """Attention + MLP of a draft layer; the caller supplies the attention input (normed
+    first by ``input_norm`` if given) and the residual it is added to."""
 
     def __init__(self, config: ModelConfig, attention_input_size: int, layer_id: int = 0) -> None:
         super().__init__()
@@ -36,17 +36,20 @@ class DraftLayer(nn.Module):
         rotary: tuple[torch.Tensor, torch.Tensor],
         batch: ForwardBatch,
         attn: AttentionBackend,
+        input_norm: RMSNorm | None = None,
     ) -> torch.Tensor:
         fused = fused_kernels_for(attention_input, self.self_attn, self.mlp)
-        if fused is not None:
+        if fused is not None:  # input_norm inside the fused QKV launch
             attention_out, _ = self.self_attn.forward_fused(
-                fused, attention_input, None, None, rotary, batch, attn
+                fused, attention_input, None, input_norm, rotary, batch, attn
             )
             # (attention_out + residual) + mlp(norm(attention_out + residual))
             out, _ = self.mlp.forward_fused(
                 fused, attention_out, residual, self.post_attention_layernorm, add_stream=True
             )
             return out
+        if input_norm is not None:
+            attention_input = input_norm(attention_input)
         attention_out = self.self_attn(attention_input, rotary, batch, attn)
         normed, hidden = self.post_attention_layernorm.add_norm(attention_out, residual)
         return hidden + self.mlp(normed)
@@ -68,16 +71,7 @@ class StackedDraftLayer(DraftLayer):
         attn: AttentionBackend,
     ) -> torch.Tensor:
         """The layer's output ``[T, H]`` from the previous layer's ``hidden`` ``[T, H]``."""
-        fused = fused_kernels_for(hidden, self.self_attn, self.mlp)
-        if fused is not None:  # the input norm inside the fused QKV launch
-            attention_out, stream = self.self_attn.forward_fused(
-                fused, hidden, None, self.input_layernorm, rotary, batch, attn
-            )
-            out, _ = self.mlp.forward_fused(
-                fused, attention_out, stream, self.post_attention_layernorm, add_stream=True
-            )
-            return out
-        return self(self.input_layernorm(hidden), hidden, rotary, batch, attn)
+        return self(hidden, hidden, rotary, batch, attn, self.input_layernorm)
 
 
 class Eagle3Layer(DraftLayer):
