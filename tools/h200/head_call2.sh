@@ -6,6 +6,8 @@
 #   lease BD (head F): head_call2.sh F 2 8 13.5
 #   lease BH (head G): CUDA_TESTS=0 DATA_WORKERS=2 ANSWER_TEMPS=0,0,0,0.3 head_call2.sh G 3 5.5 10
 #   lease BI (head H): CUDA_TESTS=0 DATA_WORKERS=2 head_call2.sh H 4 8 13.5
+#   lease BJ (head I, shipped): HEAD_SHAPE="--draft-layers 2 --draft-intermediate-size 640"
+#     SHIPPED_BENCH=0 CUDA_TESTS=0 DATA_WORKERS=2 head_call2.sh I 5 8 13.5
 [ $# -eq 4 ] || { echo "usage: head_call2.sh NAME SEED DATA_MINUTES TRAIN_MINUTES" >&2; exit 2; }
 source tools/h200/env.sh
 bash tools/h200/stage_b.sh > /dev/null || exit 1
