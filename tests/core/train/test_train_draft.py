@@ -114,6 +114,10 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
 
     dataset = DistillDataset.load(tmp_path / "head.data.safetensors")
     assert dataset.num_sequences >= 12
+    # each stage records the settings it reads, not the other stage's defaults
+    data_words = dataset.info.command.split()
+    assert "--num-prompts" in data_words and "--seed" in data_words
+    assert not {"--steps", "--draft-layers", "--variant", "--lr"} & set(data_words)
     assert 1 <= len(dataset.validation_indices()) < dataset.num_sequences
     greedy = [
         i for i in range(dataset.num_sequences) if float(dataset.answer_temperatures[i]) == 0.0
@@ -131,6 +135,7 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
     assert recipe["steps"] == 60 and recipe["data_sequences"] == dataset.num_sequences
     assert recipe["data_tokens"] == dataset.num_tokens and recipe["data_seed"] == 3
     assert len(recipe["target_sha256"]) == 64 and "--steps 60" in recipe["command"]
+    assert "--num-prompts" not in recipe["command"].split()
     assert [v["step"] for v in recipe["validations"]] == [30, 60]
     assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
     assert recipe["train"]["unroll_steps"] == 1

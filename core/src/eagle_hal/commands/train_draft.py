@@ -151,6 +151,8 @@ def _command_line(args: argparse.Namespace) -> str:
     skip = {"run", "command", "no_progress"}
     if args.stage == "train":  # the data stage's settings do not apply
         skip |= _DATA_ONLY
+    elif args.stage == "data":  # nor the training stage's
+        skip |= head_stage.TRAIN_ONLY
     for key, value in sorted(vars(args).items()):
         if key in skip or value is None or value is False:
             continue

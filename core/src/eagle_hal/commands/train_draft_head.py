@@ -8,7 +8,16 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["add_arguments", "check_arguments", "train"]
+__all__ = ["TRAIN_ONLY", "add_arguments", "check_arguments", "train"]
+
+# settings only the training stage reads: left out of a --stage data command line, whose
+# recorded command would otherwise name a head shape and loss the data never saw
+TRAIN_ONLY = frozenset({
+    "variant", "draft_layers", "draft_intermediate_size", "steps", "batch_size", "lr",
+    "warmup_fraction", "feature_noise", "regression_weight", "cross_entropy_weight",
+    "unroll_steps", "unroll_decay", "validate_every", "validation_prompts",
+    "validation_new_tokens",
+})
 
 
 def _say(message: str) -> None:
