@@ -239,15 +239,6 @@ def test_train_draft_stacked_layers(tmp_path, tiny_chat_model, tiny_chat, cpu_ba
     _assert_lossless(cpu_backend, target, dataset, out)
 
 
-def test_stacked_layers_are_refused_for_eagle3_before_anything_loads(tmp_path):
-    """``--variant eagle3 --draft-layers 2``: refused at once with a message."""
-    args = ["train-draft", "--device", "cpu", "--model", str(tmp_path / "missing.gguf"),
-            "--out", str(tmp_path / "head"), "--variant", "eagle3", "--draft-layers", "2"]
-    with pytest.raises(SystemExit, match="for eagle1"):
-        main(args)
-    assert not (tmp_path / "head").exists()
-
-
 def test_train_draft_eagle3(tmp_path, tiny_chat_model_deep, cpu_backend):
     """``--variant eagle3``, unrolled over 2 steps, on the data file of a plain data stage:
     the loss falls, the recipe records the variant and the cross-entropy alone, the head is
@@ -279,11 +270,18 @@ def test_train_draft_eagle3(tmp_path, tiny_chat_model_deep, cpu_backend):
     _assert_lossless(cpu_backend, target, dataset, out, Eagle3DraftModel)
 
 
-def test_eagle3_with_a_regression_is_refused_before_anything_loads(tmp_path):
-    """``--variant eagle3 --regression-weight 1``: refused at once with a message."""
+@pytest.mark.parametrize("flags, message", [
+    (["--draft-layers", "2"], "for eagle1"),
+    (["--regression-weight", "1"], "distribution alone"),
+], ids=["stacked-layers", "regression"])
+def test_eagle3_settings_it_cannot_take_are_refused_before_anything_loads(
+    tmp_path, flags, message
+):
+    """``--variant eagle3`` with stacked layers or a feature regression: refused at once
+    with a message, before the (missing) model is read."""
     args = ["train-draft", "--device", "cpu", "--model", str(tmp_path / "missing.gguf"),
-            "--out", str(tmp_path / "head"), "--variant", "eagle3", "--regression-weight", "1"]
-    with pytest.raises(SystemExit, match="distribution alone"):
+            "--out", str(tmp_path / "head"), "--variant", "eagle3", *flags]
+    with pytest.raises(SystemExit, match=message):
         main(args)
     assert not (tmp_path / "head").exists()
 
