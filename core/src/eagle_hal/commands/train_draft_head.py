@@ -106,16 +106,13 @@ def check_arguments(args: argparse.Namespace) -> None:
             "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
             ">= 0 and not both 0"
         )
-    width = args.draft_intermediate_size
-    if args.draft_layers < 1 or (width is not None and width < 1):
-        raise SystemExit(
-            "eagle-hal train-draft: --draft-layers and --draft-intermediate-size must be >= 1"
-        )
-    if variant.name != "eagle1" and (args.draft_layers != 1 or width is not None):
-        raise SystemExit(
-            f"eagle-hal train-draft: --variant {variant.name} has one layer of the target's "
-            "width: --draft-layers and --draft-intermediate-size are for eagle1"
-        )
+    try:
+        variant.check_shape(args.draft_layers, args.draft_intermediate_size)
+    except ValueError as exc:
+        given = f"--variant {variant.name} --draft-layers {args.draft_layers}"
+        if args.draft_intermediate_size is not None:
+            given += f" --draft-intermediate-size {args.draft_intermediate_size}"
+        raise SystemExit(f"eagle-hal train-draft: {exc} (given {given})") from None
     if args.regression_weight > 0 and not variant.regresses_features:
         raise SystemExit(
             f"eagle-hal train-draft: --variant {variant.name} trains on the distribution "

@@ -63,17 +63,7 @@ class TrainConfig:
                 "in the target's feature space): set regression_weight to 0, or build the "
                 f"settings with TrainConfig.for_variant({variant.name!r}, ...)"
             )
-        if self.draft_layers < 1:
-            raise ValueError(f"draft_layers must be >= 1, got {self.draft_layers}")
-        if self.draft_intermediate_size is not None and self.draft_intermediate_size < 1:
-            raise ValueError("draft_intermediate_size must be >= 1")
-        if variant.name != "eagle1" and (
-            self.draft_layers != 1 or self.draft_intermediate_size is not None
-        ):
-            raise ValueError(
-                f"a {variant.name} head has one layer of the target's width: draft_layers "
-                "and draft_intermediate_size are for eagle1 heads"
-            )
+        variant.check_shape(self.draft_layers, self.draft_intermediate_size)
         if self.steps < 1 or self.batch_size < 1:
             raise ValueError("steps and batch_size must be >= 1")
         if self.lr <= 0:

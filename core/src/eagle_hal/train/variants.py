@@ -51,6 +51,18 @@ class HeadVariant(abc.ABC):
     regresses_features: ClassVar[bool]  # whether a feature regression term makes sense
     default_regression_weight: ClassVar[float]
     default_cross_entropy_weight: ClassVar[float]
+    stacks_layers: ClassVar[bool] = False  # whether its head may be deeper or narrower
+
+    def check_shape(self, layers: int, intermediate_size: int | None) -> None:
+        """Refuse (ValueError) a head shape this variant cannot build: ``layers`` decoder
+        layers with MLPs ``intermediate_size`` wide (None: the target's width)."""
+        if layers < 1 or (intermediate_size is not None and intermediate_size < 1):
+            raise ValueError("the head's layer count and MLP width must be >= 1")
+        if not self.stacks_layers and (layers != 1 or intermediate_size is not None):
+            raise ValueError(
+                f"an {self.name} head has one layer of the target's width: stacked layers "
+                "and a narrower MLP are for eagle1"
+            )
 
     @abc.abstractmethod
     def feature_layers(self, target: LlamaForCausalLM) -> tuple[int, ...]:
@@ -133,6 +145,7 @@ class Eagle1Variant(HeadVariant):
     name = "eagle1"
     head_type = Eagle1DraftModel
     regresses_features = True
+    stacks_layers = True
     default_regression_weight = 1.0
     default_cross_entropy_weight = 0.1
 
@@ -203,8 +216,7 @@ class Eagle3Variant(HeadVariant):
         self, target: LlamaForCausalLM, seed: int, *, layers: int = 1,
         intermediate_size: int | None = None,
     ) -> EagleDraftModel:
-        if layers != 1 or intermediate_size is not None:
-            raise ValueError("an EAGLE-3 head has one layer of the target's width")
+        self.check_shape(layers, intermediate_size)
         return init_eagle3(target, seed)
 
     def noise_half_width(
