@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,10 @@ def hf_baseline(target: Any, prompts: Sequence[list[int]], max_new_tokens: int) 
             "seconds": seconds, "batch_size": 1}
 
 
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def write_results(out: Path, report: dict[str, Any]) -> list[Path]:
     """``results.json`` plus PNG plots (when matplotlib imports) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -72,7 +77,7 @@ def write_results(out: Path, report: dict[str, Any]) -> list[Path]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        _progress("matplotlib is not importable: no plots (pip install matplotlib)")
+        _progress('matplotlib is not importable: no plots (pip install "eagle-hal[plots]")')
         return written
     rows = report["results"]
     modes = list(dict.fromkeys(r["mode"] for r in rows))

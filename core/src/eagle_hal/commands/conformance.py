@@ -4,14 +4,23 @@ Runs the conformance suite (``eagle_hal.conformance``) in this process against t
 the registry selects for ``--device`` (or the one forced by ``--backend``), prints the
 per-area table and, with ``--report``, writes the JSON report to FILE and the Markdown
 table beside it (FILE with suffix ``.md``). Exit status 0 only if no check failed and no
-declared known failure passed unexpectedly.
+declared known failure passed unexpectedly. The suite runs on pytest (the ``conformance``
+extra: ``pip install "eagle-hal[conformance]"``); without it the command says so in one
+line and exits 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["PYTEST_MISSING", "add_arguments", "run"]
+
+# The suite is a pytest plugin run in this process; pytest is an optional dependency.
+PYTEST_MISSING = (
+    "eagle-hal conformance: the conformance suite runs on pytest, which is not installed: "
+    'pip install "eagle-hal[conformance]"'
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,7 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eagle_hal.conformance.runner import SuiteDidNotRun, run_suite
+    try:
+        from eagle_hal.conformance.runner import SuiteDidNotRun, run_suite
+    except ModuleNotFoundError as exc:
+        if exc.name != "pytest":
+            raise
+        print(PYTEST_MISSING, file=sys.stderr)
+        return 1
 
     areas = [a for a in args.areas.split(",") if a] if args.areas else None
     try:

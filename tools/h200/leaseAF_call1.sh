@@ -1,2 +1,0 @@
-# Lease AF, call 1: stage the model's first half.
-mkdir -p /root/stage && cp .stage/a/part_aa /root/stage/ && ls -la /root/stage
