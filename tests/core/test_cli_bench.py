@@ -17,7 +17,7 @@ from eagle_hal.commands import bench, bench_warmup
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
-MTBENCH = Path("/work/shared/data/mt_bench_question.jsonl")
+MTBENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "mt_bench_question.jsonl"
 
 
 def test_prompts_from_jsonl_and_text(tmp_path):
@@ -30,9 +30,8 @@ def test_prompts_from_jsonl_and_text(tmp_path):
     assert bench.load_prompts(str(text), 2) == ["one", "two"]
 
 
-@pytest.mark.skipif(not MTBENCH.exists(), reason="shared MT-bench copy absent")
 def test_mt_bench_file_gives_first_turns():
-    """The shared question file: 80 questions, first turns."""
+    """The repository's MT-bench question file: 80 questions, first turns."""
     prompts = bench.load_prompts(str(MTBENCH), 100)
     first = json.loads(MTBENCH.read_text().splitlines()[0])
     assert len(prompts) == 80 and prompts[0] == first["turns"][0]
