@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 DISTS := core $(wildcard backends/*)
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench-backends clean
+.PHONY: install demo test test-fast check-install bench-backends clean
 
 install: $(STAMP)
 
@@ -32,8 +32,18 @@ demo: install
 	$(VENV)/bin/eagle-hal generate --device cpu --max-new-tokens 128 --compare-plain \
 		--prompt "$(DEMO_PROMPT)"
 
+# Lint, the test suite, then the fresh-install check.
 test: install
+	$(VENV)/bin/ruff check .
 	TRITON_INTERPRET=1 $(PY) -m pytest -q -p no:cacheprovider tests
+	$(MAKE) check-install
+
+# What a user gets from pip alone: wheels of core and every backend installed into a new
+# virtualenv in a temporary directory (binary wheels only, the default model with
+# --no-deps), then `eagle-hal generate` and `eagle-hal conformance --device cpu` from
+# outside the checkout. Needs no .venv.
+check-install:
+	TORCH_PIN="$(TORCH_PIN)" PYTHON="$(PYTHON)" bash tools/check_fresh_install.sh
 
 bench-backends: install
 	$(PY) benchmarks/bench_backends_cli.py
