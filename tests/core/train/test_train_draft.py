@@ -118,6 +118,9 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
     data_words = dataset.info.command.split()
     assert "--num-prompts" in data_words and "--seed" in data_words
     assert not {"--steps", "--draft-layers", "--variant", "--lr"} & set(data_words)
+    # files by their names, the target by name and SHA-256: no directory of this machine
+    assert dataset.info.target == tiny_chat_model.name
+    assert str(tmp_path) not in dataset.info.command and "--out head" in dataset.info.command
     assert 1 <= len(dataset.validation_indices()) < dataset.num_sequences
     greedy = [
         i for i in range(dataset.num_sequences) if float(dataset.answer_temperatures[i]) == 0.0
@@ -139,6 +142,11 @@ def test_train_draft_data_then_train(tmp_path, tiny_chat_model, tiny_chat, cpu_b
     assert [v["step"] for v in recipe["validations"]] == [30, 60]
     assert recipe["train_loss_last"] < 0.8 * recipe["train_loss_first"]
     assert recipe["train"]["unroll_steps"] == 1
+    assert recipe["target"] == recipe["data_generation"]["target"] == tiny_chat_model.name
+    assert f"--model {tiny_chat_model.name} " in recipe["command"]
+    for recorded in ("config.json", "draft_vocab.json"):
+        text = (out / recorded).read_text()
+        assert str(tmp_path) not in text and str(tiny_chat_model.parent) not in text
     assert sorted(p.name for p in out.iterdir()) == [
         "config.json", "draft_vocab.json", "model.safetensors"
     ]

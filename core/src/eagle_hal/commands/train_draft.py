@@ -146,7 +146,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _command_line(args: argparse.Namespace) -> str:
-    """The command, with every setting spelled out, that reproduces this run."""
+    """The command, with every setting spelled out, that reproduces this run (files by
+    their names: ``train.dataset.command_with_file_names``)."""
+    from eagle_hal.train.dataset import command_with_file_names
+
     words = ["eagle-hal", "train-draft"]
     skip = {"run", "command", "no_progress"}
     if args.stage == "train":  # the data stage's settings do not apply
@@ -160,7 +163,7 @@ def _command_line(args: argparse.Namespace) -> str:
         if isinstance(value, tuple):
             value = ",".join(repr(v) for v in value)
         words += [flag] if value is True else [flag, str(value)]
-    return shlex.join(words)
+    return command_with_file_names(shlex.join(words))
 
 
 def _say(message: str) -> None:
@@ -257,6 +260,7 @@ def _generate(
     progress: bool,
     openers: tuple[str, ...],
 ) -> Any:
+    from eagle_hal.train.dataset import file_name
     from eagle_hal.train.selfdistill import DistillConfig, generate_dataset
 
     config = DistillConfig(
@@ -271,7 +275,7 @@ def _generate(
         max_batch_size=args.gen_batch_size,
         time_budget_s=budget,
     )
-    named = dict(target_name=str(model_path), target_sha256=sha, command=command,
+    named = dict(target_name=file_name(model_path), target_sha256=sha, command=command,
                  progress=progress)
     if args.data_workers == 1:
         return generate_dataset(backend, target, tokenizer, config, **named)

@@ -44,6 +44,7 @@ def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
     import json
 
     from eagle_hal.model.draft_vocab import DEFAULT_COVERAGE, DraftVocabulary, count_answer_tokens
+    from eagle_hal.train.dataset import command_with_file_names
 
     if vocab_size is None:  # --stage vocab: the head's own config names the vocabulary
         config = args.out / "config.json"
@@ -55,10 +56,10 @@ def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
         counts = sum(count_answer_tokens(dataset, vocab_size) for dataset in datasets)
     except ValueError as exc:
         raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
-    source = {"data": [{"file": path.name, "command": dataset.info.command,
+    source = {"data": [{"file": path.name, "command": command_with_file_names(dataset.info.command),
                         "target_sha256": dataset.info.target_sha256, "seed": dataset.info.seed,
                         "sequences_counted": len(dataset.train_indices())}
-                       for path, dataset in zip(paths, datasets)],
+                       for path, dataset in zip(paths, datasets, strict=True)],
               "answer_tokens_counted": int(counts.sum()), "coverage": coverage}
     try:
         vocabulary = DraftVocabulary.from_counts(counts, coverage=coverage, source=source)

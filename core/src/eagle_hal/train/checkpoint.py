@@ -18,7 +18,7 @@ import torch
 
 from eagle_hal.model.eagle import EagleDraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
-from eagle_hal.train.dataset import DistillDataset
+from eagle_hal.train.dataset import DistillDataset, command_with_file_names, file_name
 from eagle_hal.train.evaluate import ValidationPoint
 from eagle_hal.train.recipe import TrainConfig
 from eagle_hal.train.variants import variant_of
@@ -30,7 +30,10 @@ RECIPE_KEY = "eagle_hal_training"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TrainingRecipe:
-    """Everything needed to reproduce a head: target, data, settings, command, outcome."""
+    """Everything needed to reproduce a head: target, data, settings, command, outcome.
+
+    Files are named by their names alone (the target by its file name and SHA-256, the
+    commands' path options by file names), never by a machine's paths."""
 
     target: str
     target_sha256: str
@@ -65,15 +68,20 @@ class TrainingRecipe:
     ) -> TrainingRecipe:
         from eagle_hal import __version__
 
+        # a data set may name its target and files by paths (one written by an older
+        # version, or through the Python API): the recipe keeps their names only
+        generation = dataclasses.asdict(dataset.info)
+        generation["target"] = file_name(dataset.info.target)
+        generation["command"] = command_with_file_names(dataset.info.command)
         return cls(
-            target=dataset.info.target,
+            target=generation["target"],
             target_sha256=dataset.info.target_sha256,
             data_sequences=dataset.num_sequences,
             data_tokens=dataset.num_tokens,
             data_answer_tokens=dataset.num_answer_tokens,
             validation_sequences=len(dataset.validation_indices()),
             data_seed=dataset.info.seed,
-            data_generation=dataclasses.asdict(dataset.info),
+            data_generation=generation,
             train=dataclasses.asdict(config),
             steps=steps,
             feature_noise_half_width=round(noise_half_width, 6),
@@ -88,7 +96,7 @@ class TrainingRecipe:
                 }
                 for p in validations
             ],
-            command=command,
+            command=command_with_file_names(command),
             wall_seconds=round(wall_seconds, 1),
             eagle_hal_version=__version__,
         )

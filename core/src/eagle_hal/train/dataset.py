@@ -16,12 +16,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shlex
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["DatasetInfo", "DistillDataset", "PaddedRows", "file_sha256"]
+__all__ = [
+    "PATH_OPTIONS",
+    "DatasetInfo",
+    "DistillDataset",
+    "PaddedRows",
+    "command_with_file_names",
+    "file_name",
+    "file_sha256",
+]
 
 _INFO_KEY = "eagle_hal.dataset"
 
@@ -30,7 +39,7 @@ _INFO_KEY = "eagle_hal.dataset"
 class DatasetInfo:
     """Where a data set came from: enough to regenerate it."""
 
-    target: str  # the target model's path or name
+    target: str  # the target model's file name (``file_name``); its SHA-256 below
     target_sha256: str
     seed: int
     num_prompts: int  # prompts asked for (some are dropped: empty or duplicate)
@@ -207,3 +216,30 @@ def file_sha256(path: str | Path) -> str:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+# The options of ``eagle-hal train-draft`` whose values are files or directories.
+PATH_OPTIONS = frozenset({"--model", "--data", "--out", "--vocab-data", "--prompt-openers"})
+
+
+def file_name(path: str | Path) -> str:
+    """How provenance names a file or directory: by its name alone, never by where it lay
+    on the machine that made it (the SHA-256 recorded beside it identifies the content)."""
+    return Path(path).name if str(path) else ""
+
+
+def command_with_file_names(command: str) -> str:
+    """A recorded command line with the value of every ``PATH_OPTIONS`` option cut to its
+    file name (``--model /data/m.gguf`` -> ``--model m.gguf``); other words unchanged."""
+    if not command:
+        return command
+    words = shlex.split(command)
+    for index, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if flag not in PATH_OPTIONS:
+            continue
+        if equals:
+            words[index] = f"{flag}={file_name(value)}"
+        elif index + 1 < len(words):
+            words[index + 1] = file_name(words[index + 1])
+    return shlex.join(words)
