@@ -1,9 +1,11 @@
 """The host's own work per request and decode step at large batches: plain decoding as the
 data stage of ``train-draft`` and ``bench --batch-sizes 64`` run it.
 
-On a GPU, plain decoding's whole runs came to 2.07 ms a step at batch 64 against 1.29 ms
-at batch 16 (H200, lease AV: 30,936 and 12,380 tokens/s, ``docs/benchmarks/README.md``):
-16 µs more per request, far more than the device needs for one more row of a 135M model. That is host time per request: scheduling, page
+On an H200, plain decoding's whole runs come to 2.07 ms a step at batch 64 against 1.29 ms
+at batch 16 (30,936 and 12,380 tokens/s: ``eagle-hal bench --device cuda:0 --dtype bfloat16
+--dataset benchmarks/data/mt_bench_question.jsonl --num-prompts 80 --max-new-tokens 256
+--batch-sizes 16,64 --modes plain``): 16 µs more per request, far more than the device
+needs for one more row of a 135M model. That is host time per request: scheduling, page
 reservations, slot lists, appending tokens, stops, streaming deltas. This script measures it
 on the CPU with a tiny random target (the forward costs little), the backend's graphs
 emulated (``testing.graphs``) and one iteration in flight, as on a GPU:

@@ -23,8 +23,9 @@ first N questions of each category and adds a line per category. With ``--draft-
 (``draft_vocab.json``; column ``HEAD@V``), and a column ``in@V`` gives the share of the
 target's greedy tokens that lie in that vocabulary (the most such a head can agree).
 
-Fourteenth session (CPU, float32, `make demo`'s prompt + the first 10 MT-bench first turns,
-128 tokens): the previous head (C) 0.457, the shipped head (D) 0.536; target 0.600.
+The command above with ``--draft default`` alone (CPU, float32, `make demo`'s prompt + the
+first 10 MT-bench first turns, 128 tokens, 1,316 positions): the shipped head agrees 0.609,
+the target's mean top probability 0.600.
 """
 
 from __future__ import annotations

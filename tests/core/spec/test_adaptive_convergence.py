@@ -103,7 +103,7 @@ def test_probes_find_speculation_again_from_zero(seed: int) -> None:
 
 
 class _PromptsCostModel(_CostModel):
-    """Batch 1 as the H200 ran it in lease AN (head D, MT-bench): each prompt has its own
+    """Batch 1 as an H200 runs it on MT-bench first turns: each prompt has its own
     per-token acceptance (normal around ``alpha``, sd 0.15) for ``tokens`` output tokens,
     and verifying a tree costs ``tree_verify`` more than one token. A chain walk at S
     accepts 1-6 tokens, so one iteration says little about a depth's mean."""
@@ -134,12 +134,12 @@ def _throughput(model: _CostModel, depth: Callable[[], int], observe: Callable[.
 
 
 def test_batch_1_keeps_the_depth_that_pays_across_prompts_of_varied_acceptance() -> None:
-    """Lease AN: at batch 1 a fixed S = 5 ran 1.21x plain decoding, but the controller
-    estimated S = 5 below S = 0 and stayed at 0 (1.06x): each depth's accept rested on a
-    few iterations of whichever prompt ran. Simulated with per-prompt acceptance (oracle:
-    the same simulation run at each fixed depth, brute force), the controller reaches at
-    least 0.93x the best fixed depth's throughput on average over four runs (it reached
-    0.88x before its accept estimate outlived the prompts)."""
+    """At batch 1 on an H200 a fixed S = 5 runs 1.21x plain decoding, but a controller
+    whose accept estimate rests on a few iterations of whichever prompt runs rates S = 5
+    below S = 0 and stays at 0 (1.06x). Simulated with per-prompt acceptance (oracle: the
+    same simulation run at each fixed depth, brute force), the controller, its accept
+    estimate outliving the prompts, reaches at least 0.93x the best fixed depth's
+    throughput on average over four runs (0.88x with a short accept memory)."""
     iters = 20000
     fixed = {s: statistics.mean(_throughput(_PromptsCostModel(0.75, 0.55e-3, seed), lambda s=s: s,
                                             lambda *a: None, iters) for seed in range(3))
@@ -209,7 +209,7 @@ def test_first_probe_after_the_warmup_keeps_within_the_budget() -> None:
 
 @pytest.mark.parametrize("outlier", [4.0, float("inf")])
 def test_a_one_off_slow_iteration_does_not_decide_the_depth(outlier) -> None:
-    """The lease W case: S = 0 is best at batch 16 (the cost model's oracle) but one of its
+    """S = 0 is best at batch 16 (the cost model's oracle) but one of its
     warm-up iterations is 40x slow (a kernel compile). Left out as an outlier, the bucket
     settles at 0 and the whole run keeps 0.97x plain's throughput; with the check off
     (``outlier`` inf) the same sample keeps the bucket away from 0 (the regression)."""
@@ -324,8 +324,9 @@ def test_a_depth_rated_above_the_settled_one_is_rechecked_soon() -> None:
     brute force over the candidates). The deeper depths' ratings are stale but above
     S = 0's fresh one, so each is re-measured within ``warmup_iterations + 1`` settled
     iterations instead of at the next round-robin probe; within 40 iterations the bucket
-    is at the new best and stays there. (The H200 sweep of lease AO ended with its bucket
-    16 at S = 0 rated 888 tokens per request-second next to S = 3 at 1,285.)"""
+    is at the new best and stays there. (Without the recheck an H200 sweep, ``eagle-hal
+    bench --modes plain,adaptive --batch-sizes 1,4,16,64``, can end with its bucket 16 at
+    S = 0 rated 888 tokens per request-second next to S = 3 at 1,285.)"""
     model = _CostModel(16, 0.6, 1e-3, 0.5e-3, 0.5e-3, catch_up_per_token=0.2e-3 / 16)
     controller = AdaptiveController(CANDIDATES)
     assert model.best(CANDIDATES) == 0

@@ -121,8 +121,8 @@ def test_a_prefill_with_an_iteration_in_flight_leaves_the_wait_on_the_depth(
     iteration, which the prefill's read-back would otherwise absorb) is the depth's, and
     so is the time from a prefill's end to the next call: the reports' times add up to
     the wall time from the first prefill's end to the last reported call's, less the
-    later prefills' own time. (Before, each prefill dropped both pauses:
-    lease W/Y rated a depth ~2x too fast at batch 16, where requests join often.)"""
+    later prefills' own time. (A prefill that drops both pauses rates a depth ~2x too fast
+    at batch 16 on an H200, where requests join often.)"""
     import time
 
     llm = scripted(backend, pair, schedule, max_batch_size=2)

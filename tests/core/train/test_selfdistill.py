@@ -117,19 +117,20 @@ def test_openers_file(tmp_path):
         _openers(str(tmp_path / "missing.txt"))
 
 
-def test_broad_passages_is_the_shipped_heads_openers_file():
-    """'broad-passages' names, in order, the openers file head E's data was written from
-    (its recipe records the file): the broad set, then requests about a passage that end in
-    a blank line, so that the target writes the passage before the request."""
-    from pathlib import Path
+def test_broad_passages_is_the_shipped_heads_openers():
+    """'broad-passages' names, in order, the openers the shipped head's data was written
+    from (its recipe records them): the broad set, then requests about a passage that end
+    in a blank line, so that the target writes the passage before the request."""
+    import json
 
     from eagle_hal.commands.train_draft import _openers
+    from eagle_hal.model.loading import default_draft_path
+    from eagle_hal.train.checkpoint import RECIPE_KEY
     from eagle_hal.train.openers import BROAD_PROMPT_OPENERS, PASSAGE_PROMPT_OPENERS
 
-    recorded = Path(__file__).parents[3] / "tools/h200/openers_broad_passages.txt"
-    if not recorded.is_file():
-        pytest.skip("the checkout's tools/ is not here")
-    assert _openers("broad-passages") == _openers(str(recorded))
+    config = json.loads((default_draft_path() / "config.json").read_text(encoding="utf-8"))
+    recorded = tuple(config[RECIPE_KEY]["data_generation"]["prompt_openers"])
+    assert _openers("broad-passages") == recorded
     assert _openers("broad-passages")[:len(BROAD_PROMPT_OPENERS)] == BROAD_PROMPT_OPENERS
     assert all(opener.endswith("\n\n") for opener in PASSAGE_PROMPT_OPENERS)
 

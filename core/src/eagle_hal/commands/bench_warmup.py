@@ -128,10 +128,12 @@ def warm_up(llm: Any, prompts: list[list[int]], params: Any, batch_size: int) ->
     longest = sorted((len(p) for p in prompts), reverse=True)[:batch_size]
     warm_up_prefills(llm, prompts[0], reach=sum(longest))
     # every timed prompt's prefill: a kernel specialised on a length or an offset
-    # (Triton's divisibility by 16) compiles here, not inside a timed run (lease V: two
-    # attention compiles cost a run a third). The first wave is batched as in the timed
-    # run; later prompts join a timed run one by one as requests finish, which this
-    # cannot reproduce (the runner's 16-byte-aligned views keep those from compiling)
+    # (Triton's divisibility by 16) compiles here, not inside a timed run (two attention
+    # compiles inside a timed plain run on an H200 cut its rate by a third; ``eagle-hal
+    # bench`` lists them as ``kernels_compiled_while_timed``). The first wave is batched
+    # as in the timed run; later prompts join a timed run one by one as requests finish,
+    # which this cannot reproduce (the runner's 16-byte-aligned views keep those from
+    # compiling)
     llm.generate(list(prompts), dataclasses.replace(params, max_new_tokens=1, ignore_eos=True))
 
 

@@ -132,8 +132,9 @@ class ModelRunner:
 
         Each view starts on a 16-byte boundary (segments padded to an even length): Triton
         specialises a kernel on whether each pointer argument is 16-byte aligned, so views
-        at offsets that depend on the lists' lengths compiled new variants of the attention
-        kernel mid-run, ~1 s each (lease X: the adaptive mode's catch-ups)."""
+        at offsets that depend on the lists' lengths would compile new variants of the
+        attention kernel mid-run, ~1 s each (the adaptive mode's catch-ups on a GPU;
+        ``eagle-hal bench`` lists such compiles as ``kernels_compiled_while_timed``)."""
         values: list[int] = []
         spans = []
         for segment in lists:
@@ -142,7 +143,8 @@ class ModelRunner:
             if len(segment) % 2:
                 values.append(0)
         # allocated pinned (``Tensor.pin_memory()`` first asks the driver whether the
-        # tensor is pinned: ~0.3 ms a call on an H200 host under the profiler, lease AK)
+        # tensor is pinned: ~0.3 ms a call on an H200 host under the profiler of
+        # ``benchmarks/profile_prefill.py``)
         host = torch.empty(len(values), dtype=torch.int64, pin_memory=self.device.type != "cpu")
         if values:  # through an int64 array: a quarter of torch.tensor(list)'s time
             host.copy_(torch.frombuffer(array.array("q", values), dtype=torch.int64))

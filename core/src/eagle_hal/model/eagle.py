@@ -177,8 +177,9 @@ class EagleDraftModel(nn.Module, abc.ABC):
         if softmax_topk is not None:
             top_probs, draft_ids = softmax_topk(logits, k)
         else:
-            # (an argmax-and-logsumexp top-1 for chains measured slower on the H200 in eager
-            # use, lease M: chain 675 against 1,056 tokens/s; softmax and top-k it stays)
+            # (softmax and top-k also for chains: an argmax-and-logsumexp top-1 is slower in
+            # eager use, chain decoding 675 against 1,056 tokens/s on an H200 in
+            # ``eagle-hal bench --modes plain,chain``)
             top_probs, draft_ids = torch.softmax(logits.float(), dim=-1).topk(k, dim=-1)
         return top_probs, self._to_target_ids(draft_ids)
 

@@ -10,9 +10,11 @@ not the chain formula's, and the cost of drafting depends on the batch.
   accept length slowly: over ``accept_memory`` request-iterations (1,024: 1,024
   iterations at batch 1, 16 at batch 64). At batch 1 one iteration's accept length is
   anything from 1 to S + 1 and each prompt has its own acceptance, so an accept length
-  resting on a few iterations of one prompt is noise: on the H200 (lease AN, head D) the
-  controller rated S = 5 below S = 0 and ran S = 0 at 1.06x plain decoding, while a
-  fixed S = 5 tree ran 1.21x. A collapse is still seen at once: when the recent accept
+  resting on a few iterations of one prompt is noise: a controller with a short memory
+  rates S = 5 below S = 0 at batch 1 and runs S = 0, 1.06x plain decoding on an H200,
+  where a fixed S = 5 tree runs 1.21x (``eagle-hal bench --device cuda:0 --num-prompts 10
+  --modes plain,tree``; ``tests/core/spec/test_adaptive_convergence.py`` simulates the
+  case). A collapse is still seen at once: when the recent accept
   length (``ema``, at least ``regime_samples`` samples) leaves the band ``regime_ratio``
   ... ``1 / regime_ratio`` times the long one, the long one restarts from the recent one.
   Prompts of different acceptance move a depth's accept length by well under 3x; a draft

@@ -106,7 +106,7 @@ class FeatureStore:
         Summed over chunks of ``chunk_tokens`` tokens (float32 within a chunk, a Python
         float across them: not every accelerator has float64): a float copy of the whole
         store (or of a gathered subset) would take twice the store's memory again, which
-        an 80 GB card holding 15 M tokens of features does not have (lease AY)."""
+        an 80 GB card holding 15 M tokens of features does not have."""
         total = self.features.shape[0]
         keep = None
         if indices is not None:  # tokens of the chosen sequences: +1 at a start, -1 past an end

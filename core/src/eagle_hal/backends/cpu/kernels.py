@@ -4,11 +4,10 @@ way MKL streams weights fastest.
 A forward of a few rows ``x`` ``[n, In]`` reads every weight ``W`` ``[Out, In]`` once from
 memory: SmolLM2-135M's 30 layers are 425 MB of float32, its ``lm_head`` 113 MB more, too
 much for any cache, so the rate at which a GEMM streams ``W`` sets the speed of decoding.
-torch's ``F.linear`` (``x @ W.T``) streamed at about 12 GB/s on the 2-core development
+torch's ``F.linear`` (``x @ W.T``) streams at about 12 GB/s on the 2-core development
 machine (torch 2.13.0+cpu, MKL 2024.2); the same product laid out as ``W @ x.T`` at about
-36 GB/s for up to four rows. ``benchmarks/cpu_gemm.py`` measures both on any machine,
-weights streamed from memory as in a forward (``cpu-2026-12-05b/cpu_gemm.txt`` under
-``docs/benchmarks``):
+36 GB/s for up to four rows. ``python benchmarks/cpu_gemm.py`` measures both on any
+machine, weights streamed from memory as in a forward; on that machine:
 
 * the 30 layers' projections at one row: 34.6 ms with ``F.linear``, 16.6 ms transposed;
   2-4 rows 46-56 ms against 15-21 ms; 6-16 rows still 11-14 % faster;

@@ -156,8 +156,8 @@ class TritonAttentionBackend(AttentionBackend):
         else:
             if mode is ForwardMode.TARGET_VERIFY:
                 tree_width = self._check_verify(batch)
-            # (list arithmetic: torch's CPU repeat_interleave took 2-4 ms for 1,600 tokens
-            # on an H200 host, lease AK)
+            # (list arithmetic: torch's CPU repeat_interleave takes 2-4 ms for 1,600 tokens
+            # on an H200 host, more than the replay: ``benchmarks/profile_prefill.py``)
             token_request, own_base, own_len = [], [], []
             start = 0
             for request, n in enumerate(lens):
