@@ -124,9 +124,12 @@ class Case:
             tree_mask=tree_mask,
         )
         self.batch.attn_metadata = self.backend.plan(self.batch)
-        self.q = torch.randn(tokens, args.heads, args.head_dim, generator=gen, device=device).to(dtype)
-        self.k = torch.randn(tokens, args.kv_heads, args.head_dim, generator=gen, device=device).to(dtype)
-        self.v = torch.randn(tokens, args.kv_heads, args.head_dim, generator=gen, device=device).to(dtype)
+        self.q = torch.randn(tokens, args.heads, args.head_dim, generator=gen,
+                             device=device).to(dtype)
+        self.k = torch.randn(tokens, args.kv_heads, args.head_dim, generator=gen,
+                             device=device).to(dtype)
+        self.v = torch.randn(tokens, args.kv_heads, args.head_dim, generator=gen,
+                             device=device).to(dtype)
 
     def old(self) -> torch.Tensor:
         from eagle_hal.ops.triton.attention_kernels import paged_attention  # noqa: PLC0415

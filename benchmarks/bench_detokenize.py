@@ -20,12 +20,11 @@ def main() -> int:
     parser.add_argument("--text", type=Path, default=Path(__file__).parent.parent / "README.md")
     args = parser.parse_args()
 
-    from gguf import GGUFReader
-
     from eagle_hal.engine.request import Request, SamplingParams
     from eagle_hal.engine.stopping import append_tokens
     from eagle_hal.model.loading import default_model_path
     from eagle_hal.model.loading.tokenizer import Tokenizer
+    from gguf import GGUFReader
 
     tokenizer = Tokenizer.from_gguf(GGUFReader(str(default_model_path())))
     ids = tokenizer.encode(args.text.read_text(encoding="utf-8"), add_special_tokens=False)

@@ -15,7 +15,8 @@ emulated (``testing.graphs``) and one iteration in flight, as on a GPU:
 
 For each batch size it runs ``--steps`` engine steps with every request kept running
 (finished ones are replaced, ``--max-new-tokens`` each) and reports, over the steps that
-decoded a full batch, the median wall time of a step, the part spent in the target's forward, logits and sampling (timed around them:
+decoded a full batch, the median wall time of a step, the part spent in the target's forward,
+logits and sampling (timed around them:
 device work on a GPU), and the rest, the host's, per step and per request. ``--tokenizer``
 streams text through a character detokenizer as ``eagle-hal bench`` does through the
 model's; ``--temperature`` > 0 samples with per-request seeds as the data stage does.
@@ -114,7 +115,7 @@ def measure(batch_size: int, steps: int, max_new_tokens: int, temperature: float
     if not walls:
         raise SystemExit(f"no step decoded a full batch of {batch_size}: give more --steps "
                          "or --max-new-tokens")
-    host = [w - f for w, f in zip(walls, forwards)]
+    host = [w - f for w, f in zip(walls, forwards, strict=False)]
     return {
         "batch_size": batch_size,
         "steps_timed": len(walls),

@@ -213,7 +213,7 @@ def main() -> int:
             for text, config in configs.items():
                 try:
                     problem = check(one, expected, config)
-                    us = graph_median_us(lambda c=config: layers.fused(c), 1,
+                    us = graph_median_us(lambda c=config, layers=layers: layers.fused(c), 1,
                                          args.repeats) / args.layers
                 except Exception as error:  # noqa: BLE001 - report it, go on with the rest
                     notes.append(f"rows {rows}, {text}: {type(error).__name__}: "

@@ -48,7 +48,8 @@ def build(device: str, batch_size: int, backend: Backend | None = None):  # noqa
                  num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
                  max_position_embeddings=4096)
     backend = backend or select_backend(device)
-    target = LlamaForCausalLM(ModelConfig(**shape), dtype=torch.float32, device=backend.torch_device)
+    target = LlamaForCausalLM(ModelConfig(**shape), dtype=torch.float32,
+                              device=backend.torch_device)
     randomize(target, seed=0, scale=0.3)
     head = Eagle1DraftModel(ModelConfig(**{**shape, "num_layers": 1}), target, fc_bias=True,
                             dtype=torch.float32)
@@ -71,9 +72,8 @@ def spec_for(mode: str):  # noqa: ANN201 - a SpecConfig
 
 
 def measure(device: str, iterations: int, batch_size: int, temperature: float) -> dict[str, dict]:
-    from torch.profiler import ProfilerActivity, profile
-
     from eagle_hal import SamplingParams
+    from torch.profiler import ProfilerActivity, profile
 
     llm = build(device, batch_size)
     worker, engine = llm.worker, llm.engine

@@ -58,7 +58,8 @@ def main() -> int:
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, 49152, (args.num_prompts, args.prompt_len), generator=gen).tolist()
     config = BenchConfig(
-        modes=tuple(args.modes.split(",")), batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+        modes=tuple(args.modes.split(",")),
+        batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
         max_new_tokens=args.max_new_tokens, graphs=not args.no_graphs,
     )
     rows = benchmark(backend, target, head, prompts, config)

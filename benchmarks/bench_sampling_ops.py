@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 
 import torch
+from eagle_hal import settings
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.ops.reference import ReferenceSamplingOps
 
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     implementations: dict[str, object] = {"reference": ReferenceSamplingOps()}
     triton_note = "not requested"
     if not args.no_triton:
-        if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        if device.type == "cpu" and not settings.triton_interpreted():
             triton_note = "skipped: Triton needs an accelerator (or TRITON_INTERPRET=1)"
         else:
             try:

@@ -64,13 +64,14 @@ def main() -> int:
         logits = (3 * torch.randn(rows, args.vocab, generator=generator, device="cuda"))
         logits = logits.to(dtype)
         for k in (int(k) for k in args.k.split(",")):
-            variants = {"triton": lambda k=k: softmax_topk(logits, k)}
+            variants = {"triton": lambda k=k, logits=logits: softmax_topk(logits, k)}
             for c in chunks:
-                variants[f"chunk {c}"] = lambda k=k, c=c: softmax_topk(logits, k, chunk=c)
+                variants[f"chunk {c}"] = lambda k=k, c=c, logits=logits: softmax_topk(
+                    logits, k, chunk=c)
             with torch.inference_mode():
                 for call in variants.values():
                     check(logits, k, call())
-                torch_us = graph_median_us(lambda k=k: torch_softmax_topk(logits, k),
+                torch_us = graph_median_us(lambda k=k, logits=logits: torch_softmax_topk(logits, k),
                                            args.calls, args.repeats)
                 times = [graph_median_us(call, args.calls, args.repeats)
                          for call in variants.values()]

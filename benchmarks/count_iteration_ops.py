@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -132,14 +131,13 @@ def main() -> int:
     args = parser.parse_args()
 
     from bench_host_overhead import build, spec_for  # noqa: PLC0415
-
-    from eagle_hal import SamplingParams  # noqa: PLC0415
+    from eagle_hal import SamplingParams, settings  # noqa: PLC0415
     from eagle_hal.engine.graph_runner import GraphRunner  # noqa: PLC0415
     from eagle_hal.testing import graphs as emulated  # noqa: PLC0415
 
     counter = Counter(by_site=args.by_site)
     if args.ops == "triton":
-        if os.environ.get("TRITON_INTERPRET") != "1":
+        if not settings.triton_interpreted():
             parser.error("--ops triton runs the kernels interpreted: set TRITON_INTERPRET=1")
         _count_triton_launches(counter)
     original_replay = emulated.EmulatedGraph.replay

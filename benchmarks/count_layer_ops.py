@@ -17,14 +17,13 @@ import dataclasses
 import json
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from eagle_hal import select_backend
 from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.testing.models import randomize
+from torch.utils._python_dispatch import TorchDispatchMode
 
 SMOLLM2_135M = dict(
     architecture="llama", vocab_size=1024, hidden_size=576, intermediate_size=1536,

@@ -25,7 +25,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-
 from eagle_hal.backends.cpu.kernels import transposed_product
 
 LAYER_SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))
@@ -70,7 +69,7 @@ def main() -> None:
     for rows in rows_list:
         inputs = {i: torch.randn(rows, i, generator=gen) for _, i in LAYER_SHAPES}
 
-        def stack(product):
+        def stack(product, inputs=inputs):
             for layer in weights:
                 for w in layer:
                     product(inputs[w.shape[1]], w)

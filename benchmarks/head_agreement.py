@@ -35,7 +35,6 @@ import json
 from pathlib import Path
 
 import torch
-
 from eagle_hal.api import LLM
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.engine.request import SamplingParams
@@ -90,13 +89,13 @@ def main() -> None:
         chosen = [("all", t) for t in load_prompts(args.dataset, args.num_prompts)]
     if not args.no_demo_prompt:
         chosen.insert(0, ("demo", DEMO_PROMPT))
-    prompts = [text for _, text in chosen]
     per_category: dict[str, list[float]] = {}  # category -> [positions, target p, *hits]
     columns = [*heads, *vocabularies]
     agree = {name: 0 for name in columns}
     positions, confidence = 0, 0.0
     chains = {name: ChainTally(args.chain) for name in heads} if args.chain else {}
-    print(f"{'prompt':<44} {'tokens':>6} {'target p':>8} " + " ".join(f"{n[-18:]:>18}" for n in columns))
+    print(f"{'prompt':<44} {'tokens':>6} {'target p':>8} "
+          + " ".join(f"{n[-18:]:>18}" for n in columns))
     for category, text in chosen:
         prompt = llm.encode(text, chat=True)
         answer = llm.generate([prompt], SamplingParams(max_new_tokens=args.max_new_tokens))[0]
@@ -125,9 +124,11 @@ def main() -> None:
         positions += len(where)
         confidence += float(target_probs.max(-1).values.sum())
         totals = per_category.setdefault(category, [0.0] * (2 + len(columns)))
-        for i, value in enumerate([len(where), float(target_probs.max(-1).values.sum()), *hits_row]):
+        for i, value in enumerate([len(where), float(target_probs.max(-1).values.sum()),
+                                   *hits_row]):
             totals[i] += value
-        print(f"{text[:44]!r:<44} {len(where):>6} {float(target_probs.max(-1).values.mean()):>8.3f} "
+        print(f"{text[:44]!r:<44} {len(where):>6} "
+              f"{float(target_probs.max(-1).values.mean()):>8.3f} "
               + " ".join(row), flush=True)
     if args.per_category:
         for category, (count, sure, *hits) in per_category.items():

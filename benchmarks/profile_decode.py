@@ -27,10 +27,9 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
-
 from eagle_hal import LLM, SamplingParams
 from eagle_hal.spec.config import SpecConfig
+from torch.profiler import ProfilerActivity, profile
 
 _LAUNCH_NAMES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 
@@ -39,10 +38,10 @@ def build(args: argparse.Namespace) -> LLM:
     if args.model != "random":
         draft = None if args.draft == "none" else args.draft
         return LLM(model=args.model, draft=draft, device=args.device, dtype=args.dtype,
-                   max_batch_size=8, max_context=2048, progress=False, graphs=not args.no_graphs and "auto")
+                   max_batch_size=8, max_context=2048, progress=False,
+                   graphs=not args.no_graphs and "auto")
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_random_smollm2 import build as build_random  # noqa: PLC0415
-
     from eagle_hal import select_backend
 
     backend = select_backend(args.device)

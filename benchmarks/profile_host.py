@@ -20,8 +20,8 @@ on a CPU the figures are the host's own work.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import io
 import pstats
 import sys

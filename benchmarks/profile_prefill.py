@@ -67,10 +67,7 @@ def main() -> int:
     for name, head, padded in cases:
         llm = LLM.from_models(backend, target, head, spec=SpecConfig(num_steps=5, topk=1),
                               max_batch_size=group, max_context=2048, seed=0)
-        llm.runner.enable_graphs()
-        graphs = llm.runner.graphs
-        if graphs is not None and not padded:
-            graphs.prefill_buckets = graphs.ragged_buckets = ()  # EAGLE_HAL_PREFILL_GRAPHS=0
+        llm.runner.enable_graphs(prefill_graphs=padded)
         for _ in range(2):  # warm-up: every prompt length's kernels
             llm.generate(prompts, one)
         wall = []

@@ -33,7 +33,7 @@ class PairedAttention:
         table = RequestTokenTable(allocator, max_requests=8, max_context=1024)
         rows = [table.add_request() for _ in prefix_lens]
         for step in range(1, 5):  # interleaved growth: a request's pages are not contiguous
-            for row, p in zip(rows, prefix_lens):
+            for row, p in zip(rows, prefix_lens, strict=True):
                 table.reserve(row, (p + reserve) * step // 4)
         self.rows = rows[::-1]  # batch order differs from table-row order
         self.prefix_lens = tuple(prefix_lens[::-1])
@@ -58,8 +58,9 @@ class PairedAttention:
         the pair's), at the slots the page table gives them."""
         prefix_lens = self.prefix_lens if prefix_lens is None else tuple(prefix_lens)
         out = torch.cat([self.req_to_token[r, p:p + n].long()
-                         for r, p, n in zip(self.rows, prefix_lens, extend_lens)])
-        positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, extend_lens)])
+                         for r, p, n in zip(self.rows, prefix_lens, extend_lens, strict=True)])
+        positions = torch.cat([torch.arange(p, p + n)
+                               for p, n in zip(prefix_lens, extend_lens, strict=True)])
         return ForwardBatch(
             mode=mode, input_ids=torch.zeros(len(out), dtype=torch.long), positions=positions,
             req_pool_indices=torch.tensor(self.rows), prefix_lens=torch.tensor(prefix_lens),

@@ -37,7 +37,8 @@ def test_mode_spec_reads_each_modes_own_settings():
     assert config.spec_for("adaptive:K2N8").adaptive
     for bad, message in [(("plain:S2",), "takes no spec"), (("chain:S3K2",), "a chain has K = 1"),
                          (("tree:S2K2N40",), "num_draft_tokens=40"),
-                         (("tree:S2", "tree:S2"), "more than once"), (("fast:S2",), "unknown modes")]:
+                         (("tree:S2", "tree:S2"), "more than once"),
+                         (("fast:S2",), "unknown modes")]:
         with pytest.raises(ValueError, match=message):
             bench.BenchConfig(modes=bad)
 

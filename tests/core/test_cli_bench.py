@@ -191,7 +191,8 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
     runs = row["tokens_per_s_runs"]
     assert generations.count(True) == 3 and len(runs) == 3
     assert runs == pytest.approx([n / t for n, t in timed], rel=0.05)
-    assert row["tokens_per_s"] == pytest.approx(statistics.median(n / t for n, t in timed), rel=0.05)
+    assert row["tokens_per_s"] == pytest.approx(statistics.median(n / t for n, t in timed),
+                                                rel=0.05)
     assert row["output_tokens"] == 6 * len(prompts)
     assert row["captures_while_timed"] == 0
     got = {int(s): n for s, n in row["iterations_at_depth"].items()}

@@ -46,6 +46,7 @@ _LAZY_EXPORTS: dict[str, str] = {
 __all__ = ["__version__", *_LAZY_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only (exported above)
+    from eagle_hal.api import LLM, PromptTooLong  # noqa: F401
     from eagle_hal.backend import (  # noqa: F401
         API_VERSION,
         Availability,
@@ -54,10 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only (exporte
         Capabilities,
         TreeMaskMode,
     )
-    from eagle_hal.api import LLM, PromptTooLong  # noqa: F401
     from eagle_hal.device import DeviceSpec, parse_device  # noqa: F401
     from eagle_hal.engine.request import RequestOutput, SamplingParams  # noqa: F401
-    from eagle_hal.spec.config import SpecConfig  # noqa: F401
     from eagle_hal.errors import (  # noqa: F401
         BackendConflict,
         BackendUnavailable,
@@ -68,6 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only (exporte
     )
     from eagle_hal.hookspecs import hookimpl  # noqa: F401
     from eagle_hal.registry import BackendInfo, Registry, list_backends, select_backend  # noqa: F401
+    from eagle_hal.spec.config import SpecConfig  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

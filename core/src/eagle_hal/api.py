@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -22,13 +22,14 @@ from eagle_hal.engine.request import RequestOutput, SamplingParams, StreamDelta
 from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.engine.scheduler import Scheduler, SchedulerConfig
 from eagle_hal.errors import EagleHalError
+from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.worker import EagleWorker
 
 __all__ = ["LLM", "Prompt", "PromptTooLong"]
 
 Message = Mapping[str, str]
-Prompt = Union[str, Sequence[int], Sequence[Message]]
+Prompt = str | Sequence[int] | Sequence[Message]
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -49,11 +50,15 @@ class LLM:
     names, else the whole vocabulary), ``"full"``, or the N most frequent
     (``eagle_hal.model.draft_vocab``). ``device``: a device string (``"cpu"``,
     ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name, or is one
-    already selected (``select_backend``), used as is (``device`` then "auto" or its own). ``graphs``:
+    already selected (``select_backend``), used as is (``device`` then "auto" or its own).
+    ``graphs``:
     ``"auto"`` replays device graphs where the backend can capture them (CUDA) and runs
     eagerly elsewhere, ``True`` requires them (``ValueError`` when the backend cannot),
     ``False`` runs every forward eagerly. ``spec`` ``None``: the backend's default
     (``Backend.default_spec``: a chain of S = 3 on the CPU, S = 5 elsewhere).
+    ``model_kernels``: the kernels the models' layers run, ``None`` for the backend's
+    (``Backend.model_kernels``); pass the backend's with a field replaced to compare
+    variants (``dataclasses.replace(kernels, fused_linear=None)``).
     """
 
     def __init__(
@@ -73,6 +78,7 @@ class LLM:
         progress: bool = True,
         graphs: bool | str = "auto",
         draft_vocab: int | str = "auto",
+        model_kernels: ModelKernels | None = None,
     ) -> None:
         from eagle_hal.model import draft_vocab as vocabulary
         from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
@@ -82,7 +88,8 @@ class LLM:
         vocabulary.require_file(draft_path, draft_vocab)  # a bad size fails before anything loads
         selected = _given_backend(backend, device) or select_backend(device, backend=backend)
         torch_dtype = _resolve_dtype(dtype, selected)
-        target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device, progress=progress)
+        target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device,
+                                        progress=progress)
         if draft == "default" and draft_path is None:
             warnings.warn(
                 "no default EAGLE head ships for this model; running plain decoding "
@@ -95,6 +102,7 @@ class LLM:
             selected, target, head, tokenizer, spec or selected.default_spec(), torch_dtype,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed,
+            model_kernels=model_kernels,
         )
         self.model_path = model
         self.draft_path = draft_path
@@ -117,17 +125,19 @@ class LLM:
         seed: int | None = None,
         timed: bool = False,
         min_admit: int = 1,
+        model_kernels: ModelKernels | None = None,
     ) -> LLM:
         """An ``LLM`` over models already built (tests, the conformance suite, training).
         ``spec`` defaults to ``SpecConfig()`` (a chain of S = 5), the same on every backend,
         so that these callers measure one setting everywhere; ``LLM(...)`` defaults to the
-        backend's ``default_spec()`` instead. ``min_admit``: see ``SchedulerConfig.min_admit``."""
+        backend's ``default_spec()`` instead. ``min_admit``: see ``SchedulerConfig.min_admit``;
+        ``model_kernels``: as for ``LLM``."""
         llm = cls.__new__(cls)
         llm._setup(
             backend, target, draft, tokenizer, spec or SpecConfig(), target.dtype,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed, timed=timed,
-            min_admit=min_admit,
+            min_admit=min_admit, model_kernels=model_kernels,
         )
         llm.model_path = None
         llm.draft_path = None
@@ -150,6 +160,7 @@ class LLM:
         seed: int | None,
         timed: bool = False,
         min_admit: int = 1,
+        model_kernels: ModelKernels | None = None,
     ) -> None:
         self.backend = backend
         self.target = target
@@ -165,9 +176,11 @@ class LLM:
         )
         proposable = getattr(draft, "draft_vocab_size", None)
         if proposable is not None and spec.num_steps > 0 and proposable < spec.topk:
-            raise ValueError(f"a draft vocabulary of {proposable} tokens cannot give top-{spec.topk} "
+            raise ValueError(f"a draft vocabulary of {proposable} tokens "
+                             f"cannot give top-{spec.topk} "
                              "branches; use a larger one or a smaller top-k")
-        self.runner = ModelRunner(backend, target, draft, cache, dtype)
+        self.runner = ModelRunner(backend, target, draft, cache, dtype,
+                                  model_kernels=model_kernels)
         self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed)
         self.scheduler = Scheduler(
             SchedulerConfig(
@@ -208,7 +221,8 @@ class LLM:
         if isinstance(prompt, str):
             self._need_tokenizer()
             if chat:
-                return list(self.tokenizer.apply_chat_template([{"role": "user", "content": prompt}]))
+                return list(self.tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}]))
             return list(self.tokenizer.encode(prompt))
         items = list(prompt)
         if items and isinstance(items[0], Mapping):
@@ -282,7 +296,7 @@ class LLM:
             self._check_length(ids)
         return [
             (self.engine.add_request(ids, p), prompt if isinstance(prompt, str) else None)
-            for ids, p, prompt in zip(encoded, params_list, batch)
+            for ids, p, prompt in zip(encoded, params_list, batch, strict=False)
         ]
 
     # -- resources ---------------------------------------------------------------------------

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -78,9 +77,17 @@ class Availability:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a backend supports. Features and conformance checks are gated on these fields."""
+    """What a backend supports. Features and conformance checks are gated on these fields.
+
+    ``asynchronous``: the device runs queued work while the host goes on (an accelerator's
+    stream), so the engine overlaps host work with the device's, copies host data from
+    pinned memory without waiting, and ``Backend.synchronize`` must wait for the device;
+    ``False`` (the host CPU, or a backend bound to it) runs each operation before the call
+    returns. A backend bound to the host must say ``False``: pinned memory needs an
+    accelerator."""
 
     graph_capture: bool = False
+    asynchronous: bool = False
     dtypes: tuple[str, ...] = ("float32",)
     tree_mask_modes: tuple[str, ...] = (TreeMaskMode.TREE_BLOCK,)
     page_sizes: tuple[int, ...] = ()  # empty: any page size >= 1
@@ -94,7 +101,8 @@ class Capabilities:
     def __post_init__(self) -> None:
         unknown = set(self.tree_mask_modes) - set(TreeMaskMode.ALL)
         if unknown:
-            raise ValueError(f"unknown tree-mask modes {sorted(unknown)}; known: {TreeMaskMode.ALL}")
+            raise ValueError(
+                f"unknown tree-mask modes {sorted(unknown)}; known: {TreeMaskMode.ALL}")
         if not self.tree_mask_modes:
             raise ValueError("a backend must accept at least one tree-mask mode")
         if self.page_size_multiple < 1 or any(p < 1 for p in self.page_sizes):
@@ -195,21 +203,17 @@ class Backend(abc.ABC):
 
     def model_kernels(self) -> ModelKernels:
         """The kernels a model's layers run between GEMMs (RMSNorm, residual add + RMSNorm,
-        rotary, SwiGLU's gate): the shared Triton ones where ``capabilities.triton`` says
-        Triton runs on this device, with the projections of small forwards fused into them
-        unless ``EAGLE_HAL_FUSED_LINEAR=0`` and the draft's softmax top-k unless
-        ``EAGLE_HAL_DRAFT_TOPK=torch``; else the pure-torch reference. Override to supply
-        others."""
+        rotary, SwiGLU's gate): the shared Triton ones, with the projections of small
+        forwards fused into them and the draft's softmax top-k in one pass, where
+        ``capabilities.triton`` says Triton runs on this device; else the pure-torch
+        reference. Override to supply others. To compare variants, replace fields of the
+        bundle (``dataclasses.replace(kernels, fused_linear=None)``: GEMMs at every size;
+        ``softmax_topk=None``: torch's softmax and top-k) and hand it to
+        ``LLM(model_kernels=...)``."""
         if self.capabilities.triton:
             from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
 
-            kernels = TRITON_MODEL_KERNELS
-            setting = os.environ.get("EAGLE_HAL_FUSED_LINEAR", "1").strip().lower()
-            if setting in ("0", "false", "off", "no"):  # GEMMs at every size (for A/B runs)
-                kernels = dataclasses.replace(kernels, fused_linear=None)
-            if os.environ.get("EAGLE_HAL_DRAFT_TOPK", "").strip().lower() == "torch":
-                kernels = dataclasses.replace(kernels, softmax_topk=None)  # (for A/B runs)
-            return kernels
+            return TRITON_MODEL_KERNELS
         from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
         return REFERENCE_MODEL_KERNELS
@@ -264,10 +268,11 @@ class Backend(abc.ABC):
         return {}
 
     def synchronize(self) -> None:
-        """Wait for queued device work (used by benchmarks and the engine's timers)."""
+        """Wait for queued device work (used by benchmarks and the engine's timers); a
+        backend whose device is not ``capabilities.asynchronous`` has none to wait for."""
         import torch
 
-        if self.torch_device.type != "cpu" and hasattr(torch, "accelerator"):
+        if self.capabilities.asynchronous and hasattr(torch, "accelerator"):
             torch.accelerator.synchronize(self.torch_device)
 
     def __repr__(self) -> str:

@@ -28,10 +28,13 @@ class Command:
 
 COMMANDS: tuple[Command, ...] = (
     Command("backends", "eagle_hal.commands.backends", "list backends, why each is (un)usable"),
-    Command("generate", "eagle_hal.commands.generate", "generate text with EAGLE speculative decoding"),
+    Command("generate", "eagle_hal.commands.generate",
+            "generate text with EAGLE speculative decoding"),
     Command("bench", "eagle_hal.commands.bench", "benchmark plain vs speculative decoding"),
-    Command("train-draft", "eagle_hal.commands.train_draft", "train an EAGLE draft head for a target"),
-    Command("conformance", "eagle_hal.commands.conformance", "run the conformance suite on a backend"),
+    Command("train-draft", "eagle_hal.commands.train_draft",
+            "train an EAGLE draft head for a target"),
+    Command("conformance", "eagle_hal.commands.conformance",
+            "run the conformance suite on a backend"),
 )
 
 
@@ -58,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``eagle-hal`` command; returns the process exit status.
 
     An ``EagleHalError`` (a user-facing problem such as an unavailable backend) is printed
-    as one message on stderr with status 1 rather than as a traceback.
+    as one message on stderr with status 1 rather than as a traceback; with
+    ``EAGLE_HAL_DEBUG=1`` it propagates, traceback and all.
     """
     from eagle_hal.errors import EagleHalError
 
@@ -68,12 +72,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args) or 0)
     except EagleHalError as exc:
+        if _debugging():
+            raise
         print(f"eagle-hal {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # the reader (`| head`) went away; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _debugging() -> bool:
+    """Whether ``EAGLE_HAL_DEBUG`` asks for tracebacks; a value it does not allow is
+    reported (one line) and counts as off, so that the error being reported still is."""
+    from eagle_hal import settings
+    from eagle_hal.errors import InvalidSetting
+
+    try:
+        return bool(settings.get("EAGLE_HAL_DEBUG"))
+    except InvalidSetting as bad:
+        print(f"eagle-hal: {bad}", file=sys.stderr)
+        return False
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Every message says what went wrong and what to do about it. The hierarchy::
 
     EagleHalError
     ├── InvalidDeviceString (also a ValueError)   the device string is malformed
+    ├── InvalidSetting (also a ValueError)        an environment variable's value is malformed
     └── BackendUnavailable                        no usable backend for the request
         └── PluginLoadError                       a plugin failed to load, probe or build
             ├── IncompatibleAPIVersion            written against another HAL contract
@@ -21,6 +22,7 @@ __all__ = [
     "EagleHalError",
     "IncompatibleAPIVersion",
     "InvalidDeviceString",
+    "InvalidSetting",
     "PluginLoadError",
 ]
 
@@ -31,6 +33,19 @@ class EagleHalError(Exception):
 
 class InvalidDeviceString(EagleHalError, ValueError):
     """A device string that does not match any accepted form (see ``eagle_hal.device``)."""
+
+
+class InvalidSetting(EagleHalError, ValueError):
+    """An environment variable eagle-hal reads holds a value its declared type does not
+    allow (see ``eagle_hal.settings``). ``name``, ``value`` and ``allowed`` say which, what
+    and what would do; the message says all three."""
+
+    def __init__(self, name: str, value: str, allowed: str) -> None:
+        super().__init__(f"{name}={value!r} is not valid: expected {allowed}")
+        self.name, self.value, self.allowed = name, value, allowed
+
+    def __reduce__(self):  # picklable across processes (conformance workers, spawn)
+        return type(self), (self.name, self.value, self.allowed)
 
 
 class BackendUnavailable(EagleHalError):

@@ -21,14 +21,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import os
 import re
 import sys
 import threading
 from collections.abc import Mapping
 from types import ModuleType
 
+from eagle_hal import settings
 from eagle_hal.backend import Availability
+from eagle_hal.errors import InvalidSetting
 
 __all__ = [
     "OptInLibrary",
@@ -92,7 +93,7 @@ def _explain_torch_failure(exc: BaseException) -> TorchImport:
         )
         return TorchImport(None, reason, failed_extension=name)
     extensions = _autoload_extensions()
-    if extensions and os.environ.get(AUTOLOAD_ENV, "1") != "0":
+    if extensions and settings.get(AUTOLOAD_ENV) == "1":  # torch autoloads only then
         message += (
             f"; torch also imports these device extensions on import: "
             f"{', '.join(extensions)}; set {AUTOLOAD_ENV}=0 to rule them out"
@@ -122,8 +123,7 @@ def visible_devices_note(variable: str | None, environ: Mapping[str, str] | None
     """``"VAR='0,1'"`` or ``"VAR is unset"``: how the visible-devices variable stands."""
     if variable is None:
         return "no visible-devices variable"
-    environ = os.environ if environ is None else environ
-    value = environ.get(variable)
+    value = settings.visible_devices(variable, environ)
     return f"{variable} is unset" if value is None else f"{variable}={value!r}"
 
 
@@ -209,14 +209,14 @@ class OptInLibrary:
     feature: str
     fallback: str
 
-    def requested(self, environ: Mapping[str, str]) -> tuple[bool, str | None]:
-        """Whether ``variable`` opts in, and a message when its value is neither 0 nor 1."""
-        value = environ.get(self.variable, "")
-        if value in ("", "0"):
-            return False, None
-        if value != "1":
-            return False, f"{self.variable}={value!r} is neither 0 nor 1; {self.module} not used"
-        return True, None
+    def requested(self, environ: Mapping[str, str] | None = None) -> tuple[bool, str | None]:
+        """Whether ``variable`` (an ``int: 0 or 1`` setting) opts in, and a message when
+        its value is neither 0 nor 1. ``environ``: default ``os.environ``."""
+        try:
+            return settings.get(self.variable, environ) == 1, None
+        except InvalidSetting as error:
+            return False, (f"{self.variable}={error.value!r} is neither 0 nor 1; "
+                           f"{self.module} not used")
 
     def installed(self) -> bool:
         """Whether ``module`` is imported or importable (its spec is found; not imported)."""
@@ -229,7 +229,6 @@ class OptInLibrary:
 
     def probe_note(self, environ: Mapping[str, str] | None = None) -> str:
         """One clause for a probe's report: off, asked for but missing, or on."""
-        environ = os.environ if environ is None else environ
         requested, problem = self.requested(environ)
         if problem:
             return problem

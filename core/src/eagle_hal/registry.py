@@ -10,7 +10,8 @@ is imported only when that backend is selected.
 A plugin that fails never breaks the others and is never skipped silently: it is listed
 with its error, and selecting it raises the matching ``PluginLoadError``.
 
-Environment (read when the registry is created, except ``EAGLE_HAL_BACKEND``):
+Environment (read when the registry is created, except ``EAGLE_HAL_BACKEND``, read at each
+selection; all through ``eagle_hal.settings``):
 
 ``EAGLE_HAL_PLUGINS``  comma-separated backend names; when set, only these are loaded.
 ``EAGLE_HAL_DISABLE``  comma-separated backend names to block; ``name@distribution``
@@ -21,10 +22,10 @@ Environment (read when the registry is created, except ``EAGLE_HAL_BACKEND``):
 from __future__ import annotations
 
 import importlib
-import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 
+from eagle_hal import settings
 from eagle_hal._discovery import BackendInfo, PluginEntry, PluginStatus, discover_entries
 from eagle_hal.backend import Availability, Backend, BackendDescriptor
 from eagle_hal.device import DeviceSpec, parse_device
@@ -77,10 +78,14 @@ class Registry:
         disable: str | Iterable[str] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self._environ = os.environ if environ is None else environ
+        self._environ = environ  # None: os.environ, as it stands when read
         self._path = None if path is None else [str(p) for p in path]
-        self.allow = _split_names(self._environ.get(ENV_PLUGINS) if allow is None else allow)
-        self.disable = _split_names(self._environ.get(ENV_DISABLE) if disable is None else disable)
+        if allow is None:
+            allow = settings.get(ENV_PLUGINS, environ)
+        if disable is None:
+            disable = settings.get(ENV_DISABLE, environ)
+        self.allow = _split_names(allow)
+        self.disable = _split_names(disable)
         self._entries: list[PluginEntry] | None = None
         self._lock = threading.RLock()
         self._plugin_manager = None
@@ -145,7 +150,10 @@ class Registry:
         subclasses) when the chosen plugin is broken, conflicting or incompatible.
         """
         spec = parse_device(device, extra_kinds=self.device_kinds())
-        forced = backend if backend is not None else self._environ.get(ENV_BACKEND, "").strip()
+        if backend is None:
+            forced = settings.get(ENV_BACKEND, self._environ).strip()
+        else:
+            forced = backend
         if forced:
             entry = self._forced_entry(forced, spec, from_env=backend is None)
         else:

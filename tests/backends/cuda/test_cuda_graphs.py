@@ -34,10 +34,10 @@ def pair(cuda_backend):
     return target, matching_eagle1(target, noise=0.02)
 
 
-def generate(backend, target, draft, spec, prompts, graphs):
+def generate(backend, target, draft, spec, prompts, graphs, chain_graphs=True):
     llm = LLM.from_models(backend, target, draft, spec=spec, seed=0)
     if graphs:
-        assert llm.runner.enable_graphs()
+        assert llm.runner.enable_graphs(chain_graphs=chain_graphs)
     outputs = llm.generate(prompts, PARAMS)
     assert llm.used_pages == 0
     return [o.token_ids for o in outputs], llm
@@ -137,20 +137,19 @@ def test_adaptive_overlapped_speculation_equals_plain_decoding(cuda_backend, pai
 
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 3, 4), (4, 3, 16), (2, 4, 8)])
 @pytest.mark.parametrize("batch", [1, 5])
-@pytest.mark.parametrize("chain_graph", ["0", "1"])
+@pytest.mark.parametrize("chain_graph", [False, True])
 def test_speculation_with_graphs_is_lossless(cuda_backend, pair, topk, steps, nodes, batch,
-                                             chain_graph, monkeypatch):
+                                             chain_graph):
     """EAGLE with captured draft/verify/extend forwards equals plain decoding (float32);
     by default a chain's whole draft loop replays as one graph, with
-    EAGLE_HAL_CHAIN_GRAPH=0 step by step."""
-    monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", chain_graph)
+    ``chain_graphs=False`` step by step."""
     target, head = pair
     expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),
                            PROMPTS[:batch], graphs=False)
     got, llm = generate(cuda_backend, target, head, SpecConfig(steps, topk, nodes),
-                        PROMPTS[:batch], graphs=True)
+                        PROMPTS[:batch], graphs=True, chain_graphs=chain_graph)
     assert got == expected and llm.runner.graphs.num_graphs > 0
-    assert (llm.runner.graphs.chain_replays > 0) == (topk == 1 and chain_graph == "1")
+    assert (llm.runner.graphs.chain_replays > 0) == (topk == 1 and chain_graph)
 
 
 @pytest.mark.parametrize("topk,steps,nodes", [(1, 4, 5), (4, 3, 16)])
@@ -166,8 +165,10 @@ def test_a_draft_vocabulary_with_graphs_is_lossless(cuda_backend, pair, topk, st
     order = torch.randperm(target.config.vocab_size, generator=torch.Generator().manual_seed(4))
     part = head.with_vocabulary(order[:20])
     accept = {}
-    for name, drafter in (("part", part), ("permuted", head.with_vocabulary(order)), ("full", head)):
-        llm = LLM.from_models(cuda_backend, target, drafter, spec=SpecConfig(steps, topk, nodes), seed=0)
+    for name, drafter in (("part", part), ("permuted", head.with_vocabulary(order)),
+                          ("full", head)):
+        llm = LLM.from_models(cuda_backend, target, drafter,
+                              spec=SpecConfig(steps, topk, nodes), seed=0)
         assert llm.runner.enable_graphs()
         outputs = llm.generate(PROMPTS[:batch], PARAMS)
         assert [o.token_ids for o in outputs] == expected and llm.runner.graphs.num_graphs > 0
@@ -178,13 +179,11 @@ def test_a_draft_vocabulary_with_graphs_is_lossless(cuda_backend, pair, topk, st
 
 
 @pytest.mark.parametrize("batch", [1, 5])
-def test_tree_graph_captured_after_its_verify_graph_is_lossless(cuda_backend, pair, batch,
-                                                                monkeypatch):
+def test_tree_graph_captured_after_its_verify_graph_is_lossless(cuda_backend, pair, batch):
     """The tree loop as one graph (on by default) at two depths sharing one verify
     shape: the S = 2 tree graph is captured after the verify graph S = 3 captured for the
     same N, in the shared CUDA-graph pool (the adaptive mode's probes do this; an H200 run
     crashed on it while the tree's outputs lived in the pool). Both equal plain decoding."""
-    monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", "1")
     target, head = pair
     expected, _ = generate(cuda_backend, target, None, SpecConfig(num_steps=0),
                            PROMPTS[:batch], graphs=False)
@@ -304,7 +303,7 @@ def _draft_extend_equals_eager(runner, graphs, rows, prefixes, counts, generator
     def by_slot(buffer):
         return buffer if store.layout.order == "NHD" else buffer.transpose(0, 1)
 
-    for row, prefix, count in zip(rows, prefixes, counts):
+    for row, prefix, count in zip(rows, prefixes, counts, strict=False):
         runner.table.reserve(row, prefix + count)
     runner.sync_table()
     total = sum(counts)
@@ -312,7 +311,7 @@ def _draft_extend_equals_eager(runner, graphs, rows, prefixes, counts, generator
     features = torch.randn(total, runner.draft.config.hidden_size, generator=generator)
     batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, ids, list(rows), list(prefixes),
                                 list(counts))
-    own = torch.tensor([s for row, prefix, count in zip(rows, prefixes, counts)
+    own = torch.tensor([s for row, prefix, count in zip(rows, prefixes, counts, strict=False)
                         for s in runner.table.slots(row, prefix, prefix + count)], device=device)
     features = features.to(device)
     runner.graphs = None

@@ -65,7 +65,8 @@ def test_verify_draft_decode_and_captures_stay_on_sdpa(make_pair, mate_emulation
     tree = torch.tril(torch.ones(3, 4, 4, dtype=torch.bool))
     pair.assert_agree(pair.batch(ForwardMode.TARGET_VERIFY, [4, 4, 4], tree_mask=tree))
     slots = torch.stack([pair.req_to_token[r, p:p + 2].long()
-                         for r, p in zip(pair.rows, pair.prefix_lens) for _ in range(2)])
+                         for r, p in zip(pair.rows, pair.prefix_lens, strict=False)
+                         for _ in range(2)])
     draft = pair.batch(ForwardMode.DRAFT_DECODE, [2, 2, 2], draft_kv_slots=slots, num_branches=2)
     draft.out_cache_loc = slots[:, -1]
     pair.assert_agree(draft)
@@ -78,8 +79,10 @@ def test_verify_draft_decode_and_captures_stay_on_sdpa(make_pair, mate_emulation
 def test_reads_kv_the_engine_moved(make_pair, mate_emulation):
     """After KVStorage.move_kv (the accepted-path compaction) mate reads the moved K/V."""
     pair = make_pair(mate_emulation.FlashAttnWithKVCacheEmulation(), [20, 50])
-    src = torch.cat([pair.req_to_token[r, p:p + 3] for r, p in zip(pair.rows, pair.prefix_lens)])
-    dst = torch.cat([pair.req_to_token[r, p - 3:p] for r, p in zip(pair.rows, pair.prefix_lens)])
+    src = torch.cat([pair.req_to_token[r, p:p + 3]
+                     for r, p in zip(pair.rows, pair.prefix_lens, strict=False)])
+    dst = torch.cat([pair.req_to_token[r, p - 3:p]
+                     for r, p in zip(pair.rows, pair.prefix_lens, strict=False)])
     gen = torch.Generator().manual_seed(42)
     new_k, new_v = (torch.randn(6, KV_HEADS, HEAD_DIM, generator=gen).to(pair.dtype)
                     for _ in range(2))

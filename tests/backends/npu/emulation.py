@@ -82,7 +82,9 @@ class FusedAttentionEmulation:
             kwargs.get("next_tokens", _MAX_INT32) != _MAX_INT32
         ):
             raise NotImplementedError("the emulation models only the default token band")
-        if query.dtype not in _HALF_DTYPES and not (self.allow_float32 and query.dtype == torch.float32):
+        if query.dtype not in _HALF_DTYPES and not (
+            self.allow_float32 and query.dtype == torch.float32
+        ):
             raise TypeError(f"query dtype {query.dtype} is not float16/bfloat16")
         if key.dtype != query.dtype or value.dtype != query.dtype:
             raise TypeError("query, key and value must share a dtype")
@@ -91,7 +93,8 @@ class FusedAttentionEmulation:
         q = _query_bsnd(query, layout, num_heads)  # [B, S, N, D]
         batch_size, max_queries, _, head_dim = q.shape
         keys, values, kv_capacity = self._kv(key, value, q, kwargs, num_kv_heads, head_dim)
-        q_lens = _lengths(kwargs.get("actual_seq_lengths"), batch_size, max_queries, "actual_seq_lengths")
+        q_lens = _lengths(kwargs.get("actual_seq_lengths"), batch_size, max_queries,
+                          "actual_seq_lengths")
         kv_lens = _lengths(kwargs.get("actual_seq_lengths_kv"), batch_size, kv_capacity,
                            "actual_seq_lengths_kv")
         mask_rows = _mask_reader(mask, sparse_mode, batch_size)
@@ -251,7 +254,9 @@ class HostUpdatedGraph(EmulatedGraph):
         ``NPUGraph.update`` does), then replay with each captured call seeing its entry."""
         if host_updates:
             if set(host_updates) != {"cpu_update_input"}:
-                raise KeyError(f"NPU host updates go under cpu_update_input: {sorted(host_updates)}")
+                raise KeyError(
+                    f"NPU host updates go under cpu_update_input: {sorted(host_updates)}"
+                )
             self.host_values = self._checked(host_updates["cpu_update_input"])
         self.fused.host_overrides = None if self.host_values is None else list(self.host_values)
         try:

@@ -13,14 +13,13 @@ import random
 import pytest
 import torch
 from eagle_hal.backend import TreeMaskMode
+from eagle_hal.device import parse_device
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal_npu.attention import NpuAttentionBackend
 from eagle_hal_npu.backend import NpuBackend
 from eagle_hal_npu.plugin import DESCRIPTOR
-
-from eagle_hal.device import parse_device
 
 HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 16, 2
 
@@ -37,7 +36,7 @@ class Pair:
         self.table = RequestTokenTable(self.allocator, max_requests=8, max_context=2048)
         self.rows = [self.table.add_request() for _ in prefix_lens]
         self.rows.reverse()  # table rows in a different order than batch order
-        for row, p in zip(self.rows, prefix_lens):
+        for row, p in zip(self.rows, prefix_lens, strict=True):
             self.table.reserve(row, p + reserve)
         device_table = DeviceTokenTable(self.table, layout, "cpu")
         device_table.sync()
@@ -68,8 +67,10 @@ class Pair:
     def batch(self, mode, extend_lens, **extra):
         out_cache_loc = extra.pop("out_cache_loc", None)
         if out_cache_loc is None:
-            out_cache_loc = torch.cat([self.slots(b, p, p + n) for b, (p, n)
-                                       in enumerate(zip(self.prefix_lens, extend_lens))])
+            out_cache_loc = torch.cat([
+                self.slots(b, p, p + n)
+                for b, (p, n) in enumerate(zip(self.prefix_lens, extend_lens, strict=True))
+            ])
         t = int(out_cache_loc.shape[0])
         return ForwardBatch(
             mode=mode, input_ids=torch.zeros(t, dtype=torch.long),
@@ -165,7 +166,8 @@ def test_draft_decode_branches(emulation):
                                                        p + j * branches + k + 1)[0]
                                             for j in range(depth)]))
     draft_kv_slots = torch.stack(draft_slots)  # [B * K, depth]
-    batch = pair.batch(ForwardMode.DRAFT_DECODE, [branches] * 2, out_cache_loc=draft_kv_slots[:, -1],
+    batch = pair.batch(ForwardMode.DRAFT_DECODE, [branches] * 2,
+                       out_cache_loc=draft_kv_slots[:, -1],
                        draft_kv_slots=draft_kv_slots.to(torch.int32), num_branches=branches)
     assert_agree(pair, batch)
 

@@ -11,7 +11,8 @@ from eagle_hal_npu.plugin import DESCRIPTOR
 
 
 def test_device_areas_pass_on_emulated_operators(emulation):
-    backend = NpuBackend(DESCRIPTOR, parse_device("cpu"), ops=emulation.emulated_ops(allow_float32=True))
+    backend = NpuBackend(DESCRIPTOR, parse_device("cpu"),
+                         ops=emulation.emulated_ops(allow_float32=True))
     report = run_suite("cpu", backend=backend, areas=("sampling", "attention", "kv"))
     failures = [r for r in report.results if r.outcome.value in ("fail", "unexpected-pass")]
     assert not failures, failures

@@ -66,7 +66,8 @@ def test_paged_decode_with_gqa_matches_oracle(emulation):
     out, lse = call(emulation.FusedAttentionEmulation(), q, k_cache, v_cache, table,
                     None, kv_lens, sparse_mode=0)
     for b, n in enumerate(kv_lens):
-        expected, expected_lse = oracle(q[b], keys[b], values[b], torch.ones(1, n, dtype=torch.bool), 0.3)
+        expected, expected_lse = oracle(q[b], keys[b], values[b],
+                                        torch.ones(1, n, dtype=torch.bool), 0.3)
         torch.testing.assert_close(out[b].double(), expected, atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(lse[b, :, :, 0].double(), expected_lse, atol=1e-3, rtol=1e-3)
 
@@ -81,7 +82,7 @@ def test_right_down_causal_with_ragged_queries(emulation):
     mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
     out, _ = call(emulation.FusedAttentionEmulation(), q, k_cache, v_cache, table, q_lens,
                   kv_lens, sparse_mode=3, atten_mask=mask)
-    for b, (s, n) in enumerate(zip(q_lens, kv_lens)):
+    for b, (s, n) in enumerate(zip(q_lens, kv_lens, strict=True)):
         visible = torch.tensor([[j <= n - s + i for j in range(n)] for i in range(s)])
         expected, _ = oracle(q[b, :s], keys[b], values[b], visible, 0.3)
         torch.testing.assert_close(out[b, :s].double(), expected, atol=2e-2, rtol=2e-2)

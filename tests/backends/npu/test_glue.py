@@ -18,17 +18,17 @@ def test_block_table_lists_each_requests_pages_in_order():
     allocator = PageAllocator(num_pages=40, page_size=128)
     table = RequestTokenTable(allocator, max_requests=6, max_context=2048)
     rows, lengths = [], [1, 128, 129, 700, 5]
-    for n in lengths:  # interleave growth so pages are not contiguous per request
+    for _n in lengths:  # interleave growth so pages are not contiguous per request
         rows.append(table.add_request())
     for step in range(1, 9):
-        for row, n in zip(rows, lengths):
+        for row, n in zip(rows, lengths, strict=True):
             if rng.random() < 0.5 or step == 8:
                 table.reserve(row, max(table.length(row), step * n // 8))
     device_table = DeviceTokenTable(table, KVLayout(page_size=128, slot_dtype="int32"), "cpu")
     device_table.sync()
     got = glue.block_table(device_table.tensor, torch.tensor(rows), max(lengths), 128)
     assert got.dtype == torch.int32 and got.shape == (5, 6)
-    for b, (row, n) in enumerate(zip(rows, lengths)):
+    for b, (row, _n) in enumerate(zip(rows, lengths, strict=True)):
         pages = table.pages(row)
         assert got[b, : len(pages)].tolist() == list(pages)[: got.shape[1]]
 

@@ -5,6 +5,8 @@ area on ``HostUpdatedGraphCapture`` (the core's strict graph emulation plus
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from eagle_hal.backend import Capabilities
@@ -77,7 +79,8 @@ class _EmulatedGraphsBackend(NpuBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        # the NPU's, but bound to the host: nothing runs asynchronously, nothing is pinned
+        return dataclasses.replace(CAPABILITIES, asynchronous=False)
 
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
         return self.attention_class(config, self.ops())

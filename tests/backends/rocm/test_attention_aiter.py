@@ -68,8 +68,10 @@ def test_decode_reads_kv_the_engine_moved(make_pair, aiter_emulation):
     """After KVStorage.move_kv (the accepted-path compaction) the op reads the moved K/V:
     it reads the store itself, not a copy made at write time."""
     pair = make_pair(aiter_emulation.PagedAttentionV1Emulation(), [20, 50], reserve=8)
-    src = torch.cat([pair.req_to_token[r, p:p + 3] for r, p in zip(pair.rows, pair.prefix_lens)])
-    dst = torch.cat([pair.req_to_token[r, p - 3:p] for r, p in zip(pair.rows, pair.prefix_lens)])
+    src = torch.cat([pair.req_to_token[r, p:p + 3]
+                     for r, p in zip(pair.rows, pair.prefix_lens, strict=False)])
+    dst = torch.cat([pair.req_to_token[r, p - 3:p]
+                     for r, p in zip(pair.rows, pair.prefix_lens, strict=False)])
     new_k, new_v = pair.qkv(6, 42)[1:]
     for store in (pair.adapter.config.kv_store, pair.reference.config.kv_store):
         store.write_kv(0, src, new_k, new_v)

@@ -9,9 +9,8 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from eagle_hal import settings
 from eagle_hal.conformance import run_suite
 from eagle_hal.device import parse_device
 from eagle_hal_rocm.backend import RocmBackend
@@ -31,8 +30,8 @@ def test_attention_and_kv_areas_pass_with_emulated_aiter(emulated_aiter, monkeyp
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    os.environ.get("EAGLE_HAL_INTERPRETED_CONFORMANCE") != "1"
-    or os.environ.get("TRITON_INTERPRET") != "1",
+    not settings.get("EAGLE_HAL_INTERPRETED_CONFORMANCE")
+    or not settings.triton_interpreted(),
     reason="interpreted Triton conformance takes ~15 min; set "
     "EAGLE_HAL_INTERPRETED_CONFORMANCE=1 TRITON_INTERPRET=1",
 )

@@ -4,9 +4,8 @@ EAGLE_HAL_INTERPRETED_CONFORMANCE=1 (and TRITON_INTERPRET=1)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from eagle_hal import settings
 from eagle_hal.device import parse_device
 from eagle_hal_xpu.backend import XpuBackend
 from eagle_hal_xpu.plugin import DESCRIPTOR
@@ -14,8 +13,8 @@ from eagle_hal_xpu.plugin import DESCRIPTOR
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        os.environ.get("EAGLE_HAL_INTERPRETED_CONFORMANCE") != "1"
-        or os.environ.get("TRITON_INTERPRET") != "1",
+        not settings.get("EAGLE_HAL_INTERPRETED_CONFORMANCE")
+        or not settings.triton_interpreted(),
         reason="interpreted Triton conformance takes ~15 min; set "
         "EAGLE_HAL_INTERPRETED_CONFORMANCE=1 TRITON_INTERPRET=1",
     ),

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from eagle_hal.backends.cpu.backend import CpuBackend
 from eagle_hal.backends.cpu.plugin import CAPABILITIES, DESCRIPTOR
 from eagle_hal.conformance import Outcome, run_suite
@@ -114,7 +113,8 @@ class BrokenCpu(CpuBackend):
         return self._kernels or super().model_kernels()
 
     def create_attention_backend(self, config):
-        return self._attention(config) if self._attention else super().create_attention_backend(config)
+        return (self._attention(config) if self._attention
+                else super().create_attention_backend(config))
 
     def known_failures(self):
         return dict(self._known)
@@ -133,7 +133,8 @@ def test_cpu_backend_passes_fast_areas():
     assert not report.failed, [r.message for r in _failures(report)]
     assert report.area_status("graphs") == "skip"
     assert all("graph capture" in r.message for r in report.results if r.area == "graphs")
-    assert report.environment["backend"] == "cpu" and report.environment["torch"] == torch.__version__
+    assert (report.environment["backend"] == "cpu"
+            and report.environment["torch"] == torch.__version__)
 
 
 @pytest.mark.slow
@@ -151,7 +152,8 @@ def test_example_plugin_passes(monkeypatch):
     report = run_suite("cpu", "example", plugin_module="eagle_hal_example.plugin", areas=FAST_AREAS)
     assert not report.failed, [r.message for r in _failures(report)]
     assert report.environment["backend"] == "example"
-    skipped = [r for r in report.results if r.outcome is Outcome.SKIP and "target_verify-full" in r.check_id]
+    skipped = [r for r in report.results
+               if r.outcome is Outcome.SKIP and "target_verify-full" in r.check_id]
     assert skipped and all("does not accept tree-mask layout 'full'" in r.message for r in skipped)
 
 
@@ -255,7 +257,8 @@ def test_verify_accepting_one_too_many_fails_sampling():
     failed = _failures(report)
     assert report.failed and failed
     assert all("verify_greedy" in r.check_id for r in failed), [r.check_id for r in failed]
-    assert any("verify_greedy: accept_lens" in r.message and "differ from the reference" in r.message
+    assert any("verify_greedy: accept_lens" in r.message
+               and "differ from the reference" in r.message
                for r in failed)
     assert any(r.check_id.startswith("sampling/golden_verify_greedy") for r in failed)
 
@@ -264,8 +267,10 @@ def test_attention_ignoring_tree_mask_fails_verify_only():
     """Attention blind to the tree mask fails target_verify checks only, saying so."""
     report = run_suite("cpu", backend=BrokenCpu(attention=MaskBlindAttention), areas=["attention"])
     failed = _failures(report)
-    assert failed and all("target_verify" in r.check_id for r in failed), [r.check_id for r in failed]
-    assert all("attention target_verify" in r.message and "outside atol" in r.message for r in failed)
+    assert failed and all("target_verify" in r.check_id
+                          for r in failed), [r.check_id for r in failed]
+    assert all("attention target_verify" in r.message and "outside atol" in r.message
+               for r in failed)
     passed = {r.check_id for r in report.results if r.outcome is Outcome.PASS}
     assert any("draft_decode" in c for c in passed) and any("[extend" in c for c in passed)
 
@@ -305,7 +310,8 @@ def test_padding_into_a_real_slot_fails_graphs(monkeypatch):
     failed = _failures(report)
     assert len(failed) == 3 and all("bucketed_forwards" in r.check_id for r in failed)
     assert all("outside the batch's out_cache_loc and the padding page changed; first slot 1 "
-               "(page 1, position 0 of request row 0)" in r.message for r in failed), [r.message for r in failed]
+               "(page 1, position 0 of request row 0)" in r.message
+               for r in failed), [r.message for r in failed]
 
 
 def test_replay_ignoring_the_padding_fails_graphs(monkeypatch):
@@ -315,18 +321,21 @@ def test_replay_ignoring_the_padding_fails_graphs(monkeypatch):
     report = run_suite("cpu", backend=BrokenCpu(graphs=True), areas=["graphs"])
     failed = {r.check_id: r.message for r in _failures(report)}
     assert {c for c in failed if "bucketed_forwards" in c} == {
-        f"graphs/bucketed_forwards_equal_eager[{m}]" for m in ("draft_decode", "target_verify", "draft_extend")
+        f"graphs/bucketed_forwards_equal_eager[{m}]"
+        for m in ("draft_decode", "target_verify", "draft_extend")
     }
     assert all("batch of 2 in bucket 4 (padded)" in m and "vs eager" in m
                for c, m in failed.items() if "bucketed" in c), failed
-    assert any("graph_decoding" in c and "differs from plain decoding" in m for c, m in failed.items())
+    assert any("graph_decoding" in c and "differs from plain decoding" in m
+               for c, m in failed.items())
     assert report.counts("graphs")["pass"] >= 3  # the attention-hook checks use no GraphRunner
 
 
 def test_known_failures_expected_and_unexpected_pass():
     """A declared known failure that fails is expected; one that passes fails the run."""
     known = {"sampling/*verify_greedy*": "fused verify kernel off by one (tracked)"}
-    broken = run_suite("cpu", backend=BrokenCpu(ops=GreedyOneTooMany(), known=known), areas=["sampling"])
+    broken = run_suite("cpu", backend=BrokenCpu(ops=GreedyOneTooMany(), known=known),
+                       areas=["sampling"])
     assert not broken.failed
     expected = [r for r in broken.results if r.outcome is Outcome.EXPECTED_FAIL]
     assert expected and all("off by one" in r.message for r in expected)
@@ -355,7 +364,8 @@ def test_cli_writes_report(tmp_path, capsys):
     from eagle_hal.cli import main
 
     path = tmp_path / "cpu.json"
-    assert main(["conformance", "--device", "cpu", "--areas", "discovery", "--report", str(path)]) == 0
+    assert main(["conformance", "--device", "cpu", "--areas", "discovery",
+                 "--report", str(path)]) == 0
     data = json.loads(path.read_text())
     assert data["passed"] is True and data["areas"]["discovery"]["pass"] == 5
     assert data["environment"]["backend"] == "cpu"
@@ -383,6 +393,7 @@ def test_plugin_is_inert_without_option(tmp_path):
             seen["entry"] = manager.get_plugin("eagle_hal_conformance")
             seen["collected"] = session.testscollected
 
-    status = pytest.main([str(tmp_path), "-c", os.devnull, "-q", "-p", "no:cacheprovider"], plugins=[Probe()])
+    status = pytest.main([str(tmp_path), "-c", os.devnull, "-q", "-p", "no:cacheprovider"],
+                         plugins=[Probe()])
     assert status == 0
     assert seen["entry"] is not None and seen["session"] is None and seen["collected"] == 1

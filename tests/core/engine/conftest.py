@@ -18,14 +18,6 @@ from eagle_hal.testing.models import matching_eagle1, near_bigram_target  # noqa
 from graph_runner_backends import ReplayingTorchBackend, TritonCpuBackend  # noqa: E402
 
 
-@pytest.fixture
-def _chain_graphs_on(monkeypatch):
-    """The chain and tree loop graphs are on by default; these tests exercise them
-    (whatever the environment they run in says)."""
-    monkeypatch.delenv("EAGLE_HAL_CHAIN_GRAPH", raising=False)
-    monkeypatch.delenv("EAGLE_HAL_TREE_GRAPH", raising=False)
-
-
 @pytest.fixture(scope="module")
 def backends():
     reference = select_backend("cpu")

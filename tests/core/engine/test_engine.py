@@ -8,7 +8,6 @@ Every test ends with zero KV pages in use.
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal import select_backend
 from eagle_hal.api import LLM, PromptTooLong
 from eagle_hal.engine.request import FinishReason, SamplingParams
@@ -61,7 +60,8 @@ def test_stop_token_inside_an_accepted_path(backend, models):
         stop = tokens[5]  # a token emitted mid-output
         first = tokens.index(stop)
         llm = make(backend, models)
-        (out,) = llm.generate([PROMPTS[index]], SamplingParams(max_new_tokens=30, stop_token_ids=(stop,)))
+        (out,) = llm.generate([PROMPTS[index]],
+                              SamplingParams(max_new_tokens=30, stop_token_ids=(stop,)))
         assert list(out.token_ids) == tokens[:first]  # the stop token is not output
         assert out.finish_reason is FinishReason.STOP
         assert llm.used_pages == 0
@@ -73,7 +73,7 @@ def test_eos_inside_an_accepted_path(backend, models):
     target = near_bigram_target(seed=5, eos=(eos,))
     llm = LLM.from_models(backend, target, matching_eagle1(target, noise=0.02), spec=SPEC)
     out = llm.generate(PROMPTS, SamplingParams(max_new_tokens=30))
-    for o, tokens in zip(out, expected):
+    for o, tokens in zip(out, expected, strict=True):
         cut = tokens.index(eos) if eos in tokens else len(tokens)
         assert list(o.token_ids) == tokens[:cut]
         assert o.finish_reason is (FinishReason.STOP if eos in tokens else FinishReason.LENGTH)
@@ -131,7 +131,7 @@ def test_cancellation_frees_everything_and_spares_the_others(backend, models):
             victim = delta.request_id
             llm.engine.cancel(victim)
     assert llm.used_pages == 0
-    for rid, tokens in zip(sorted(got), expected):
+    for rid, tokens in zip(sorted(got), expected, strict=True):
         if rid == victim:
             assert len(got[rid]) < 30 and got[rid] == tokens[: len(got[rid])]
         else:
@@ -184,7 +184,9 @@ def test_generation_stops_at_the_end_of_the_context(backend, models):
     (out,) = llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=100))
     assert out.finish_reason is FinishReason.LENGTH
     assert len(PROMPTS[0]) + len(out.token_ids) < 40
-    assert list(out.token_ids) == plain_tokens(backend, models, [PROMPTS[0]], 40)[0][: len(out.token_ids)]
+    assert list(out.token_ids) == (
+        plain_tokens(backend, models, [PROMPTS[0]], 40)[0][: len(out.token_ids)]
+    )
     assert llm.used_pages == 0
 
 

@@ -37,7 +37,6 @@ from graph_runner_backends import (
 
 pytest.importorskip("triton")
 
-pytestmark = pytest.mark.usefixtures("_chain_graphs_on")
 
 
 # -- the draft's chain loop as one graph ------------------------------------------------------
@@ -85,7 +84,7 @@ def test_chain_loop_graph_equals_eager_loop(kind, page_size, steps):
         inputs = scene.chain_inputs(rows, seq_lens)
         eager, eager_kv, captured, graph_kv = _chain_both_ways(scene, steps, inputs)
         assert captured.mask_mode == eager.mask_mode
-        for name, got, expected in zip(eager._fields[:-1], captured[:-1], eager[:-1]):
+        for name, got, expected in zip(eager._fields[:-1], captured[:-1], eager[:-1], strict=False):
             assert torch.equal(got, expected), f"batch {size}: {name} {got} vs {expected}"
         own = inputs.scratch[:, : steps - 1].reshape(-1)
         changed = (eager_kv != graph_kv).any(dim=1)
@@ -145,13 +144,12 @@ def test_chain_decoding_with_the_chain_graph_is_lossless(backends, pair, head_ki
     assert llm.runner.graphs.chain_replays > 0 and llm.used_pages == 0
 
 
-def test_chain_loop_graph_can_be_turned_off(backends, pair, monkeypatch):
-    """With EAGLE_HAL_CHAIN_GRAPH=0 a chain's draft steps replay one graph each."""
-    monkeypatch.setenv("EAGLE_HAL_CHAIN_GRAPH", "0")
+def test_chain_loop_graph_can_be_turned_off(backends, pair):
+    """With ``chain_graphs=False`` a chain's draft steps replay one graph each."""
     target, head = pair
     spec = SpecConfig(num_steps=3, topk=1, num_draft_tokens=4)
     llm = LLM.from_models(backends[2], target, head, spec=spec, seed=0)
-    llm.runner.enable_graphs((4,))
+    llm.runner.enable_graphs((4,), chain_graphs=False)
     got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
     assert got == plain(backends[0], target, PROMPTS)
     assert llm.runner.graphs.chain_replays == 0 and llm.runner.graphs.replays > 0
@@ -198,7 +196,7 @@ def test_tree_loop_graph_equals_eager_loop(kind, page_size):
         inputs = scene.tree_inputs(rows, seq_lens)
         eager, eager_kv, captured, graph_kv, written = _tree_both_ways(scene, inputs)
         assert captured.mask_mode == eager.mask_mode
-        for name, got, expected in zip(eager._fields[:-1], captured[:-1], eager[:-1]):
+        for name, got, expected in zip(eager._fields[:-1], captured[:-1], eager[:-1], strict=False):
             assert torch.equal(got, expected), f"batch {size}: {name} {got} vs {expected}"
         own = written.reshape(-1)
         changed = (eager_kv != graph_kv).any(dim=1)
@@ -250,13 +248,11 @@ def test_tree_decoding_with_the_tree_graph_is_lossless(backends, pair, head_kind
     assert llm.runner.graphs.tree_replays > 0 and llm.used_pages == 0
 
 
-@pytest.mark.parametrize("setting", ["0", "off"])
-def test_tree_loop_graph_can_be_turned_off(backends, pair, monkeypatch, setting):
-    """With EAGLE_HAL_TREE_GRAPH=0 (or off) a tree's draft levels replay one graph each."""
-    monkeypatch.setenv("EAGLE_HAL_TREE_GRAPH", setting)
+def test_tree_loop_graph_can_be_turned_off(backends, pair):
+    """With ``tree_graphs=False`` a tree's draft levels replay one graph each."""
     target, head = pair
     llm = LLM.from_models(backends[2], target, head, spec=SpecConfig(3, 2, 6), seed=0)
-    llm.runner.enable_graphs((4,))
+    llm.runner.enable_graphs((4,), tree_graphs=False)
     got = [o.token_ids for o in llm.generate(PROMPTS, PARAMS)]
     assert got == plain(backends[0], target, PROMPTS)
     graphs = llm.runner.graphs

@@ -34,7 +34,6 @@ from graph_runner_backends import (
 
 pytest.importorskip("triton")
 
-pytestmark = pytest.mark.usefixtures("_chain_graphs_on")
 
 
 def test_bucket_is_the_smallest_that_fits(backends, pair):
@@ -100,7 +99,8 @@ def test_a_draft_vocabulary_in_graphs_is_lossless(backends, pair, topk, steps, n
     accepts = {}
     for name, drafter in (("part", head.with_vocabulary(order[:20])),
                           ("permuted", head.with_vocabulary(order)), ("full", head)):
-        llm = LLM.from_models(backends[2], target, drafter, spec=SpecConfig(steps, topk, nodes), seed=0)
+        llm = LLM.from_models(backends[2], target, drafter,
+                              spec=SpecConfig(steps, topk, nodes), seed=0)
         llm.runner.enable_graphs((1, 4))
         outputs = llm.generate(PROMPTS, PARAMS)
         assert [o.token_ids for o in outputs] == expected, name
@@ -180,7 +180,7 @@ def _draft_extend_equals_eager(runner, graphs, rows, prefixes, counts, generator
     but the padding page untouched, and one more token bucket replay when ``replayed``."""
     from eagle_hal.hal.attention import ForwardMode
 
-    for row, prefix, count in zip(rows, prefixes, counts):
+    for row, prefix, count in zip(rows, prefixes, counts, strict=False):
         runner.table.reserve(row, prefix + count)
     runner.sync_table()
     total = sum(counts)
@@ -198,7 +198,7 @@ def _draft_extend_equals_eager(runner, graphs, rows, prefixes, counts, generator
     assert graphs.prefill_replays == replays + int(replayed)
     torch.testing.assert_close(got, eager, atol=1e-5, rtol=1e-5)
     graph_kv = _kv_snapshot(runner)
-    own = [s for row, prefix, count in zip(rows, prefixes, counts)
+    own = [s for row, prefix, count in zip(rows, prefixes, counts, strict=False)
            for s in runner.table.slots(row, prefix, prefix + count)]
     torch.testing.assert_close(graph_kv[own], eager_kv[own], atol=1e-5, rtol=1e-5)
     others = [s for s in range(before.shape[0]) if s not in set(own)
@@ -255,7 +255,7 @@ def test_ragged_prefills_of_several_prompts_equal_eager(backends):
     engine.step()  # one prefill of two prompts, in the same bucket
     assert graphs.prefill_replays == 4
     after = _kv_snapshot(runner)
-    own = {s for r, p in zip(requests[3:], second)
+    own = {s for r, p in zip(requests[3:], second, strict=False)
            for s in runner.table.slots(r.table_row, 0, len(p))}
     others = [s for s in range(after.shape[0]) if s not in own and s != graphs.pad_slot]
     assert torch.equal(after[others], before[others]), "a ragged prefill wrote another's KV"
@@ -293,12 +293,11 @@ def test_ragged_draft_extends_after_prefixes_equal_eager():
                                    generator, 16, replayed=True)
 
 
-def test_prefill_graphs_can_be_turned_off(backends, monkeypatch):
-    """EAGLE_HAL_PREFILL_GRAPHS=0: one-request prefills run eagerly."""
-    monkeypatch.setenv("EAGLE_HAL_PREFILL_GRAPHS", "0")
+def test_prefill_graphs_can_be_turned_off(backends):
+    """``prefill_graphs=False``: one-request prefills run eagerly."""
     target = tiny_target(seed=11, vocab=61)
     llm = LLM.from_models(backends[2], target, None, spec=SpecConfig(num_steps=0), seed=0)
-    llm.runner.enable_graphs((1, 2))
+    llm.runner.enable_graphs((1, 2), prefill_graphs=False)
     got = [o.token_ids for o in llm.generate(PROMPTS[:1], PARAMS)]
     assert got == plain(backends[0], target, PROMPTS[:1])
     assert llm.runner.graphs.prefill_replays == 0

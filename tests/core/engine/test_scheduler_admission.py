@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.engine.page_allocator import PageAllocator, RequestTokenTable

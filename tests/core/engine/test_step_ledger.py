@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal.engine.step_ledger import StepLedger, batch_bucket
 
 

@@ -10,12 +10,11 @@ import types
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
 from eagle_hal.hal.kv_layout import KVLayout
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
+from safetensors.torch import save_file
 
 
 class PagedRuntime:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal.model.config import ModelConfig, RopeScaling, RopeScalingKind
 from eagle_hal.model.errors import UnsupportedModelError
 

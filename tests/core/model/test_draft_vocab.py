@@ -12,14 +12,13 @@ import json
 
 import pytest
 import torch
-
+from eagle_hal.backend import Backend
 from eagle_hal.backends.cpu.kernels import cpu_model_kernels
 from eagle_hal.model import draft_vocab
 from eagle_hal.model.draft_vocab import DraftVocabulary, count_answer_tokens, parse_size, restrict
-from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.errors import ModelFileNotFound, UnsupportedModelError
+from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
-from eagle_hal.backend import Backend
 from eagle_hal.registry import Registry
 from eagle_hal.testing.models import tiny_eagle1, tiny_target
 from eagle_hal.train.dataset import DatasetInfo, DistillDataset
@@ -193,7 +192,8 @@ def test_restrict_reads_the_head_directory(pair, tmp_path):
     assert restrict(head, tmp_path, 200) is head  # as large as the target's: nothing to cut
     assert restrict(head, tmp_path, "default").draft_vocab_size == 40  # capped at tokens seen
     assert restrict(head, tmp_path, 8)._vocab_ids.tolist() == list(range(8))
-    assert restrict(head, tmp_path, 41)._vocab_ids.tolist() == list(range(41))  # 40 seen, then id 40
+    # 40 seen, then id 40
+    assert restrict(head, tmp_path, 41)._vocab_ids.tolist() == list(range(41))
     # "auto": the backend's choice, the whole vocabulary without one
     cpu = Registry(allow="cpu", environ={}).select("cpu")
     assert cpu.prefers_draft_vocabulary

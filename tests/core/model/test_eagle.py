@@ -16,7 +16,6 @@ import random
 
 import pytest
 import torch
-
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
 from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel
 from eagle_hal.model.fusion import fuse_for_inference

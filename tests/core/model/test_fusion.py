@@ -15,9 +15,8 @@ import random
 
 import pytest
 import torch
-
-from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.backends.cpu.kernels import cpu_model_kernels
+from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.loading.hf import load_hf_model
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
@@ -227,36 +226,77 @@ def test_small_forwards_take_the_fused_projections(kernels_name, length, fused_p
                                hf_logits(hf_model, prompt), atol=ATOL, rtol=0)
 
 
-def test_fused_linear_can_be_switched_off(monkeypatch):
-    """``EAGLE_HAL_FUSED_LINEAR=0`` gives the Triton kernels without the fused projections
-    (for A/B measurements)."""
-    from eagle_hal.backend import Backend
+class _TritonBackend:
+    """Stands in for a backend whose capabilities say Triton runs (``Backend.model_kernels``
+    reads nothing else)."""
 
-    class TritonBackend:
-        capabilities = type("Caps", (), {"triton": True})()
+    capabilities = type("Caps", (), {"triton": True})()
+
+
+def test_fused_linear_can_be_switched_off(hf_tiny, runtime_for):
+    """The Triton kernels with ``fused_linear=None`` (``dataclasses.replace``, for A/B
+    measurements; the engine takes them as ``LLM(model_kernels=...)``) run every layer
+    through the GEMMs, and still give HF's logits."""
+    import dataclasses
+
+    from eagle_hal import select_backend
+    from eagle_hal.api import LLM
+    from eagle_hal.backend import Backend
+    from eagle_hal.model.layers import fused_kernels_for
 
     if not HAS_TRITON:
         pytest.skip("needs triton")
-    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR", "0")
-    assert Backend.model_kernels(TritonBackend()).fused_linear is None
-    monkeypatch.setenv("EAGLE_HAL_FUSED_LINEAR", "1")
-    assert Backend.model_kernels(TritonBackend()).fused_linear is not None
+    assert Backend.model_kernels(_TritonBackend()).fused_linear is not None
+    kernels = dataclasses.replace(Backend.model_kernels(_TritonBackend()), fused_linear=None)
+    hf_model, directory = hf_tiny("qwen2", seed=8)
+    model = load_hf_model(directory)
+    LLM.from_models(select_backend("cpu"), model, None, model_kernels=kernels)
+    layer = model.model.layers[0]
+    assert layer.mlp.kernels is kernels and layer.self_attn.kernels is kernels
+    prompt = prompts_for(model.config.vocab_size, [5], seed=9)[0]
+    x = torch.zeros(len(prompt), model.config.hidden_size)
+    assert fused_kernels_for(x, layer.self_attn, layer.mlp) is None
+    if not RUNS_TRITON:
+        return
+    runtime = runtime_for(model.config)
+    with torch.no_grad():
+        out = model(runtime.causal_batch([runtime.new_request()], [prompt]), runtime.backend)
+    torch.testing.assert_close(model.compute_logits(out.hidden_states),
+                               hf_logits(hf_model, prompt), atol=ATOL, rtol=0)
 
 
-def test_the_draft_topk_kernel_can_be_switched_off(monkeypatch):
-    """``EAGLE_HAL_DRAFT_TOPK=torch`` gives the Triton kernels without ``softmax_topk``, so
-    the draft takes torch's softmax and topk (for A/B measurements)."""
+def test_the_draft_topk_kernel_can_be_switched_off():
+    """The Triton kernels with ``softmax_topk=None`` (for A/B measurements) keep the fused
+    projections, and a head given such kernels drafts through torch's softmax and topk,
+    with the candidates of the one-pass kernel's place."""
+    import dataclasses
+
     from eagle_hal.backend import Backend
-
-    class TritonBackend:
-        capabilities = type("Caps", (), {"triton": True})()
+    from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
     if not HAS_TRITON:
         pytest.skip("needs triton")
-    assert Backend.model_kernels(TritonBackend()).softmax_topk is not None
-    monkeypatch.setenv("EAGLE_HAL_DRAFT_TOPK", "torch")
-    kernels = Backend.model_kernels(TritonBackend())
+    triton_kernels = Backend.model_kernels(_TritonBackend())
+    assert triton_kernels.softmax_topk is not None
+    kernels = dataclasses.replace(triton_kernels, softmax_topk=None)
     assert kernels.softmax_topk is None and kernels.fused_linear is not None
+    calls = []
+
+    def recorded(logits, k):
+        calls.append(k)
+        return torch.softmax(logits.float(), dim=-1).topk(k, dim=-1)
+
+    head = tiny_eagle1(tiny_target(seed=3), seed=4)
+    hidden = torch.randn(3, head.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    head.fuse_for_inference(dataclasses.replace(REFERENCE_MODEL_KERNELS, softmax_topk=recorded))
+    with torch.no_grad():
+        through_kernel = head.topk(hidden, 2)
+    assert calls == [2]
+    head.fuse_for_inference(dataclasses.replace(REFERENCE_MODEL_KERNELS, softmax_topk=None))
+    with torch.no_grad():
+        through_torch = head.topk(hidden, 2)
+    assert calls == [2]  # the kernel is not called again
+    torch.testing.assert_close(through_torch, through_kernel, atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("dtype,rows,fused_path", [
@@ -278,18 +318,27 @@ def test_16_bit_forwards_past_16_rows_take_the_gemms(dtype, rows, fused_path, hf
     assert (fused_kernels_for(x, layer.self_attn, layer.mlp) is not None) == fused_path
 
 
-def test_the_16_bit_fused_row_limit_can_be_set_for_measurements(monkeypatch):
-    """``EAGLE_HAL_FUSED_MAX_ROWS_16BIT`` (read when the kernels are built) moves the limit
-    within 1-32, for A/B runs; anything else is refused with the variable named."""
+def test_the_16_bit_fused_row_limit_can_be_set_for_measurements(hf_tiny):
+    """``fused_linear_kernels(max_tokens_16bit=...)`` moves the limit within 1-32, for A/B
+    runs (32: 16-bit forwards of 17-32 rows take the fused path too); anything else is
+    refused with the field named."""
     if not HAS_TRITON:
         pytest.skip("needs triton")
-    from eagle_hal.ops.triton.fused_linear import _max_tokens_16bit
+    import dataclasses
 
-    monkeypatch.delenv("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", raising=False)
-    assert _max_tokens_16bit() == 16
-    monkeypatch.setenv("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", "32")
-    assert _max_tokens_16bit() == 32
-    for bad in ("0", "33", "x"):
-        monkeypatch.setenv("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", bad)
-        with pytest.raises(ValueError, match="EAGLE_HAL_FUSED_MAX_ROWS_16BIT"):
-            _max_tokens_16bit()
+    from eagle_hal.model.layers import fused_kernels_for
+    from eagle_hal.ops.triton.fused_linear import FUSED_LINEAR_KERNELS, fused_linear_kernels
+
+    assert FUSED_LINEAR_KERNELS.max_tokens_16bit == 16
+    wide = fused_linear_kernels(max_tokens_16bit=32)
+    assert wide.max_tokens_16bit == 32
+    _, directory = hf_tiny("llama", seed=3)
+    model = load_hf_model(directory).to(torch.bfloat16)
+    model.fuse_for_inference(dataclasses.replace(REFERENCE_MODEL_KERNELS, fused_linear=wide))
+    layer = model.model.layers[0]
+    for rows, fused_path in ((17, True), (32, True), (33, False)):
+        x = torch.zeros(rows, model.config.hidden_size, dtype=torch.bfloat16)
+        assert (fused_kernels_for(x, layer.self_attn, layer.mlp) is not None) == fused_path
+    for bad in (0, 33):
+        with pytest.raises(ValueError, match="max_tokens_16bit"):
+            fused_linear_kernels(max_tokens_16bit=bad)

@@ -12,7 +12,6 @@ import random
 
 import pytest
 import torch
-
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.model.loading.hf import load_hf_model
 

@@ -7,10 +7,9 @@ import math
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.layers import RotaryEmbedding
+from torch.utils._python_dispatch import TorchDispatchMode
 
 THETA, HEAD_DIM = 10000.0, 16
 

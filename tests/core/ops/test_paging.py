@@ -18,7 +18,7 @@ def test_page_table_lists_each_requests_pages_in_order():
     table = RequestTokenTable(allocator, max_requests=5, max_context=256)
     rows, lengths = [table.add_request() for _ in range(4)], [1, 16, 17, 90]
     for step in range(1, 6):  # interleaved growth: no request's pages are contiguous
-        for row, n in zip(rows, lengths):
+        for row, n in zip(rows, lengths, strict=True):
             if rng.random() < 0.6 or step == 5:
                 table.reserve(row, max(table.length(row), step * n // 5))
     device_table = DeviceTokenTable(table, KVLayout(page_size=16), "cpu")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eagle_hal.parallel import ParallelContext
 from eagle_hal.parallel.checks import DEFAULT_SCENARIOS, compare, run_scenario, run_sharded
 

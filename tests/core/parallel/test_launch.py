@@ -11,7 +11,6 @@ import json
 
 import pytest
 import torch
-
 from eagle_hal.parallel.launch import device_for_rank, launch_generate
 
 VOCAB = 64

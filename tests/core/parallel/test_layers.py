@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-
 from eagle_hal.parallel import (
     ColumnParallelLinear,
     ParallelContext,
@@ -41,7 +40,8 @@ def _load(module: torch.nn.Module, full: dict[str, torch.Tensor]) -> None:
 def test_shard_spec_padded_slices_tile_the_full_range(full_size, world):
     """Padded shards are equal-sized, in rank order, and concatenate to full + zero rows."""
     full = torch.arange(full_size * 3, dtype=torch.float32).view(full_size, 3)
-    parts = [ShardSpec.split(0, full_size, _context(r, world), pad=True).take(full) for r in range(world)]
+    parts = [ShardSpec.split(0, full_size, _context(r, world), pad=True).take(full)
+             for r in range(world)]
     size = -(-full_size // world)
     assert all(p.shape == (size, 3) for p in parts)
     joined = torch.cat(parts)
@@ -97,7 +97,8 @@ def test_column_then_row_parallel_recombine_to_the_full_mlp(local_collectives):
                (("gate", (inner, hidden)), ("up", (inner, hidden)), ("down", (hidden, inner)))}
     bias = torch.randn(hidden, generator=gen)
     x = torch.randn(5, hidden, generator=gen)
-    expected = F.linear(F.silu(F.linear(x, weights["gate"])) * F.linear(x, weights["up"]), weights["down"], bias)
+    expected = F.linear(F.silu(F.linear(x, weights["gate"])) * F.linear(x, weights["up"]),
+                        weights["down"], bias)
     partials = []
     for rank in range(WORLD):
         context = _context(rank)
@@ -115,7 +116,8 @@ def test_column_then_row_parallel_recombine_to_the_full_mlp(local_collectives):
 def test_column_parallel_bias_is_sharded_with_its_rows():
     """A biased column-parallel layer (Qwen2's Q/K/V) gives each rank its rows of x W^T + b."""
     gen = torch.Generator().manual_seed(1)
-    weight, bias, x = torch.randn(8, 6, generator=gen), torch.randn(8, generator=gen), torch.randn(3, 6, generator=gen)
+    weight, bias, x = (torch.randn(8, 6, generator=gen), torch.randn(8, generator=gen),
+                       torch.randn(3, 6, generator=gen))
     outputs = []
     for rank in range(WORLD):
         layer = ColumnParallelLinear(6, 8, True, _context(rank))

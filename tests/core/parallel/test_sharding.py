@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eagle_hal.parallel import ParallelContext, ShardingError, shard_llama, sharded_llama
 from eagle_hal.parallel.sharding import load_sharded_hf_model
 from eagle_hal.testing.models import tiny_config, tiny_target
@@ -56,7 +55,8 @@ def _save_hf(kind: str, directory, **overrides):
     return model
 
 
-@pytest.mark.parametrize("kind,world,tied", [("qwen2", 2, False), ("llama", 2, True), ("llama", 4, False)])
+@pytest.mark.parametrize("kind,world,tied",
+                         [("qwen2", 2, False), ("llama", 2, True), ("llama", 4, False)])
 def test_each_rank_loads_its_slice_from_safetensors(tmp_path, kind, world, tied):
     """Every parameter of every rank equals the hand-made slice of the HF tensor (biased
     Q/K/V split with their rows; tied lm_head is the embedding shard; odd vocabulary)."""
@@ -70,10 +70,13 @@ def test_each_rank_loads_its_slice_from_safetensors(tmp_path, kind, world, tied)
         params = dict(model.named_parameters(remove_duplicate=False))
         assert params["lm_head.weight"] is params["model.embed_tokens.weight"] or not tied
         for name, param in params.items():
-            source = full["model.embed_tokens.weight"] if tied and name == "lm_head.weight" else full[name]
+            source = (full["model.embed_tokens.weight"] if tied and name == "lm_head.weight"
+                      else full[name])
             assert torch.equal(param.detach(), _expected_slice(name, source, rank, world)), name
         attention = model.model.layers[0].self_attn
-        assert (attention.num_heads, attention.num_kv_heads) == (4 // world, overrides.get("num_key_value_heads", 2) // world)
+        assert (attention.num_heads, attention.num_kv_heads) == (
+            4 // world, overrides.get("num_key_value_heads", 2) // world
+        )
 
 
 def test_shard_llama_splits_a_built_model_like_the_loader():
@@ -98,5 +101,6 @@ def test_a_single_rank_is_the_whole_model():
     """With one rank the sharded model's weights are the model's own."""
     target = tiny_target(seed=4, vocab=61)
     sharded = shard_llama(target, ParallelContext.single())
-    for (name, a), (_, b) in zip(target.state_dict().items(), sharded.state_dict().items()):
+    for (name, a), (_, b) in zip(target.state_dict().items(), sharded.state_dict().items(),
+                                 strict=True):
         assert torch.equal(a, b), name

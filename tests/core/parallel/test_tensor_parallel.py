@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eagle_hal.parallel import ParallelContext
 from eagle_hal.parallel.checks import DEFAULT_SCENARIOS, run_scenario, run_sharded
 from eagle_hal.parallel.launch import RankFailed
@@ -42,7 +41,8 @@ def single(cpu_backend):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models; spare the shared cores
     try:
-        return {s.name: run_scenario(s, cpu_backend, ParallelContext.single()) for s in DEFAULT_SCENARIOS}
+        return {s.name: run_scenario(s, cpu_backend, ParallelContext.single())
+                for s in DEFAULT_SCENARIOS}
     finally:
         torch.set_num_threads(threads)
 

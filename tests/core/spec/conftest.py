@@ -10,7 +10,6 @@ import os
 import sys
 
 import pytest
-
 from eagle_hal import select_backend
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 

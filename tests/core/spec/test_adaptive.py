@@ -14,9 +14,8 @@ import random
 
 import pytest
 from adaptive_cost_models import CANDIDATES, _CostModel, _drive, _simulated_chain_accept
-
-from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
 from eagle_hal.spec.adaptive import AdaptiveController
+from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.7, 0.95])
@@ -27,13 +26,16 @@ def test_expected_accept_length_matches_simulation(alpha: float, steps: int) -> 
     samples = [_simulated_chain_accept(alpha, steps, rng) for _ in range(20000)]
     mean = sum(samples) / len(samples)
     var = sum((x - mean) ** 2 for x in samples) / len(samples)
-    assert abs(mean - expected_accept_length(alpha, steps)) <= 5 * (var / len(samples)) ** 0.5 + 1e-9
+    assert (abs(mean - expected_accept_length(alpha, steps))
+            <= 5 * (var / len(samples)) ** 0.5 + 1e-9)
 
 
 @pytest.mark.parametrize("alpha", [0.05, 0.5, 0.9])
 def test_infer_acceptance_rate_inverts(alpha: float) -> None:
     """Inference recovers alpha from an exact accept length; S = 0 carries no information."""
-    assert infer_acceptance_rate(expected_accept_length(alpha, 4), 4) == pytest.approx(alpha, abs=1e-6)
+    assert infer_acceptance_rate(expected_accept_length(alpha, 4), 4) == pytest.approx(
+        alpha, abs=1e-6
+    )
     assert infer_acceptance_rate(1.0, 0) is None
 
 
@@ -124,7 +126,9 @@ def test_the_switch_log_records_each_change_of_depth_with_its_reason() -> None:
     model.alpha = 0.0
     assert model.best(CANDIDATES) == 0
     settled += _drive(controller, model, 4, 300)
-    changes = [(i + 1, a, b) for i, (a, b) in enumerate(zip([None] + settled, settled)) if a != b]
+    changes = [(i + 1, a, b)
+               for i, (a, b) in enumerate(zip([None] + settled, settled, strict=False))
+               if a != b]
     log = controller.switches()
     assert [(e["iteration"], e["from"], e["to"]) for e in log] == changes
     assert log[0]["reason"] == "warm-up" and log[0]["to"] == warm_best > 0

@@ -16,9 +16,8 @@ from collections.abc import Callable
 
 import pytest
 from adaptive_cost_models import CANDIDATES, _CostModel, _drive
-
-from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
 from eagle_hal.spec.adaptive import AdaptiveController
+from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
 
 # (batch, alpha, verify ms, draft step ms, draft extend ms): the first is the measured batch-64
 # case (accept 2.5 at S = 5, drafting costly next to a cheap verify), where S = 0 is best
@@ -98,7 +97,8 @@ def test_probes_find_speculation_again_from_zero(seed: int) -> None:
     assert _drive(controller, model, 1, 200)[-1] == 0
     model.alpha = 0.85
     final = _drive(controller, model, 1, 6000)[-1]
-    assert model.expected_throughput(final) >= model.expected_throughput(model.best(CANDIDATES)) / 1.2
+    assert (model.expected_throughput(final)
+            >= model.expected_throughput(model.best(CANDIDATES)) / 1.2)
     assert final > 0
 
 
@@ -150,8 +150,8 @@ def test_batch_1_keeps_the_depth_that_pays_across_prompts_of_varied_acceptance()
     for seed in range(4):
         controller = AdaptiveController(CANDIDATES)
         rate = _throughput(_PromptsCostModel(0.75, 0.55e-3, 100 + seed),
-                           lambda: controller.choose(1),
-                           lambda *a: controller.observe(1, *a), iters)
+                           lambda c=controller: c.choose(1),
+                           lambda *a, c=controller: c.observe(1, *a), iters)
         assert rate > fixed[0]
         ratios.append(rate / best)
     assert statistics.mean(ratios) >= 0.93, ratios

@@ -11,7 +11,6 @@ import itertools
 
 import pytest
 import torch
-
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.spec.config import SpecConfig
@@ -128,7 +127,7 @@ def test_catch_up_gives_the_followed_along_draft_state(cpu_backend, models, topk
         copy.output_ids.extend(request.output_ids)  # resumed: prefill over all but the root
         resumed.append(copy)
     oracle.engine.step()
-    assert all(c.cached_len == r.cached_len for c, r in zip(resumed, requests))
+    assert all(c.cached_len == r.cached_len for c, r in zip(resumed, requests, strict=True))
     followed = oracle.worker.draft_states(resumed)
     assert torch.equal(caught_up.topk_ids, followed.topk_ids)
     torch.testing.assert_close(caught_up.topk_probs, followed.topk_probs, atol=1e-5, rtol=0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal.spec.config import SpecConfig
 
 
@@ -18,7 +17,8 @@ def _count_candidates(steps: int, topk: int) -> int:
 
 @pytest.mark.parametrize("steps,topk", [(1, 1), (3, 1), (2, 2), (5, 4), (6, 8)])
 def test_max_candidates(steps: int, topk: int) -> None:
-    assert SpecConfig(num_steps=steps, topk=topk, num_draft_tokens=2).max_candidates == _count_candidates(steps, topk)
+    assert (SpecConfig(num_steps=steps, topk=topk, num_draft_tokens=2).max_candidates
+            == _count_candidates(steps, topk))
 
 
 def test_chain_default_is_s_plus_one() -> None:
@@ -30,7 +30,8 @@ def test_too_many_draft_tokens_rejected_with_reason() -> None:
         SpecConfig(num_steps=2, topk=1, num_draft_tokens=4)
 
 
-@pytest.mark.parametrize("kwargs", [{"num_steps": -1}, {"topk": 0}, {"num_draft_tokens": 0}, {"num_draft_tokens": 65, "topk": 8}])
+@pytest.mark.parametrize("kwargs", [{"num_steps": -1}, {"topk": 0}, {"num_draft_tokens": 0},
+                                    {"num_draft_tokens": 65, "topk": 8}])
 def test_bad_values_rejected(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         SpecConfig(**kwargs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eagle_hal.spec.drafting import DraftState, DraftStates
 
 
@@ -20,7 +19,7 @@ def test_the_same_batch_gets_its_stack_back_and_any_other_order_its_rows():
     states.store([10, 11, 12], stored)
     assert states.stacked([10, 11, 12]) is stored
     picked = states.stacked([12, 10])
-    for field, source in zip(picked, stored):
+    for field, source in zip(picked, stored, strict=True):
         assert torch.equal(field, source[[2, 0]])
 
 
@@ -30,7 +29,7 @@ def test_rows_not_kept_keep_their_earlier_state_and_break_the_batch():
     states.store([1, 2], second, kept=[True, False])
     got = states.stacked([1, 2])
     assert got is not second
-    for field, new, old in zip(got, second, first):
+    for field, new, old in zip(got, second, first, strict=True):
         assert torch.equal(field[0], new[0]) and torch.equal(field[1], old[1])
 
 

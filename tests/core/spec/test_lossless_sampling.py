@@ -15,7 +15,6 @@ import itertools
 
 import pytest
 import torch
-
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
@@ -74,7 +73,7 @@ def exact_distribution(hf, params: SamplingParams) -> dict[tuple[int, ...], floa
         ids = torch.tensor([PROMPT + list(p) for p in prefixes])
         with torch.no_grad():
             last = hf(ids).logits[:, -1, :]
-        for prefix, row in zip(prefixes, last):
+        for prefix, row in zip(prefixes, last, strict=True):
             dist = filtered(row, params)
             for token in range(VOCAB):
                 grown[prefix + (token,)] = result[prefix] * dist[token].item()
@@ -122,8 +121,10 @@ def setup():
 
 
 CASES = [
-    ("tree", SpecConfig(num_steps=2, topk=2, num_draft_tokens=5), SamplingParams(temperature=0.8, max_new_tokens=LENGTH)),
-    ("chain", SpecConfig(num_steps=3, topk=1), SamplingParams(temperature=1.0, max_new_tokens=LENGTH)),
+    ("tree", SpecConfig(num_steps=2, topk=2, num_draft_tokens=5),
+     SamplingParams(temperature=0.8, max_new_tokens=LENGTH)),
+    ("chain", SpecConfig(num_steps=3, topk=1),
+     SamplingParams(temperature=1.0, max_new_tokens=LENGTH)),
     ("tree-topk-topp", SpecConfig(num_steps=2, topk=3, num_draft_tokens=6),
      SamplingParams(temperature=1.2, top_k=5, top_p=0.9, max_new_tokens=LENGTH)),
 ]
@@ -148,7 +149,8 @@ def test_speculative_sampling_matches_the_target_distribution(setup, name, spec,
 def test_the_statistic_detects_a_wrong_distribution(setup):
     """Control: samples at temperature 1.0 fail against the exact distribution at 0.7."""
     backend, target, head, hf = setup
-    llm = LLM.from_models(backend, target, head, spec=SpecConfig(2, 2, 5), seed=7, max_batch_size=64)
+    llm = LLM.from_models(backend, target, head, spec=SpecConfig(2, 2, 5), seed=7,
+                          max_batch_size=64)
     counts = sample(llm, SamplingParams(temperature=1.0, max_new_tokens=LENGTH))
     probs = exact_distribution(hf, SamplingParams(temperature=0.7, max_new_tokens=LENGTH))
     assert chi_square_p_value(counts, probs, SAMPLES) < ALPHA

@@ -8,7 +8,6 @@ in ``eagle_hal/data``; a trained head must also be accepted well above chance.
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.model.errors import ModelFileNotFound
@@ -29,7 +28,8 @@ def shipped() -> LLM:
     return LLM(device="cpu", dtype="float32", progress=False, max_batch_size=4, max_context=512)
 
 
-@pytest.mark.parametrize("spec", [SpecConfig(5, 1), SpecConfig(4, 4, 8)], ids=["chain-S5", "tree-K4-N8"])
+@pytest.mark.parametrize("spec", [SpecConfig(5, 1), SpecConfig(4, 4, 8)],
+                         ids=["chain-S5", "tree-K4-N8"])
 def test_shipped_head_is_lossless_and_accepted(shipped: LLM, spec: SpecConfig) -> None:
     params = SamplingParams(max_new_tokens=20)
     plain = LLM.from_models(shipped.backend, shipped.target, None, shipped.tokenizer,
@@ -40,7 +40,9 @@ def test_shipped_head_is_lossless_and_accepted(shipped: LLM, spec: SpecConfig) -
     outputs = speculative.generate(PROMPTS, params, chat=True)
     assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
     mean_accept = sum(o.accept_length for o in outputs) / len(outputs)
-    assert mean_accept > 1.3, f"the shipped head is accepted no better than chance ({mean_accept:.2f})"
+    assert mean_accept > 1.3, (
+        f"the shipped head is accepted no better than chance ({mean_accept:.2f})"
+    )
     assert speculative.used_pages == 0
 
 
@@ -52,7 +54,6 @@ def _dense_chain_accepts(llm: LLM, prompt: list[int], plain: list[int], steps: i
     features up to the origin and its own outputs after it. ``plain`` is the target's
     greedy continuation, long enough to judge the last chain."""
     import torch
-
     from eagle_hal.train.dense import draft_forward, target_features
 
     tokens = torch.tensor(prompt + plain)

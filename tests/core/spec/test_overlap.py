@@ -10,7 +10,6 @@ preempted and resumed).
 from __future__ import annotations
 
 import pytest
-
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
@@ -107,7 +106,7 @@ def test_cancelling_in_flight_frees_everything_and_spares_the_others(backend, ta
             victim = delta.request_id
             llm.engine.cancel(victim)
     assert llm.used_pages == 0
-    for rid, (tokens, _, _) in zip(sorted(got), expected):
+    for rid, (tokens, _, _) in zip(sorted(got), expected, strict=True):
         assert got[rid] == (tokens[: len(got[rid])] if rid == victim else tokens)
 
 
@@ -206,7 +205,6 @@ def test_a_request_that_fits_the_kv_cache_without_overlap_fits_with_it(backend, 
 def test_adaptive_idle_iterations_with_an_eagle3_head(backend):
     """EAGLE-3 reads the target's residual streams: the overlapped forward must return them."""
     import torch
-
     from eagle_hal.model.eagle import Eagle3DraftModel
     from eagle_hal.spec.config import SpecConfig
     from eagle_hal.testing.models import randomize, tiny_config

@@ -14,9 +14,8 @@ overlapped tokens equal decoding without overlap is tested in
 from __future__ import annotations
 
 import pytest
-from scripted_overlap import PROMPTS, scripted
-
 from eagle_hal.engine.request import SamplingParams
+from scripted_overlap import PROMPTS, scripted
 
 
 def test_the_controller_is_charged_the_engine_work_between_calls(backend, pair):
@@ -47,8 +46,8 @@ def test_a_change_of_depth_is_charged_to_the_probe(backend, pair):
     llm.generate([PROMPTS[0]], SamplingParams(max_new_tokens=80, ignore_eos=True))
     observed = llm.worker.controller.observed
     assert {s for s, *_ in observed} == {0, 3, 5}
-    changes = [(a, b) for a, b in zip(observed, observed[1:]) if a[0] != b[0]]
-    steady = [(a, b) for a, b in zip(observed, observed[1:]) if a[0] == b[0]]
+    changes = [(a, b) for a, b in zip(observed, observed[1:], strict=False) if a[0] != b[0]]
+    steady = [(a, b) for a, b in zip(observed, observed[1:], strict=False) if a[0] == b[0]]
     assert len(changes) >= 4 and steady
     assert all(0 < b[3] <= b[2] for _, b in changes)
     assert all(b[3] == 0 for _, b in steady)

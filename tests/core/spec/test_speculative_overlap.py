@@ -12,8 +12,6 @@ about those iterations (``spec/reports.py``) is tested in ``test_reports.py``.
 from __future__ import annotations
 
 import pytest
-from scripted_overlap import CHAIN, PROMPTS, TREE, WIDE, run, scripted
-
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.spec import speculative_overlap as module
@@ -21,6 +19,8 @@ from eagle_hal.spec.config import SpecConfig
 from eagle_hal.testing.adaptive import ScriptedController
 from eagle_hal.testing.models import matching_eagle1, tiny_target
 from eagle_hal.testing.tokenizers import CharTokenizer
+from scripted_overlap import CHAIN, PROMPTS, TREE, WIDE, run, scripted
+
 
 def both(backend, pair, prompts, params, **kwargs):
     """Without overlap, then with it; checks that some iterations were read back late."""
@@ -136,7 +136,7 @@ def test_cancelling_in_flight_frees_everything_and_spares_the_others(backend, pa
             victim = delta.request_id
             llm.engine.cancel(victim)
     assert llm.used_pages == 0 and llm.leaked_pages == 0
-    for rid, (tokens, *_) in zip(sorted(got), expected):
+    for rid, (tokens, *_) in zip(sorted(got), expected, strict=True):
         assert got[rid] == (tokens[: len(got[rid])] if rid == victim else tokens)
 
 
@@ -174,7 +174,6 @@ def test_each_launch_precedes_the_previous_read_back(backend, pair, monkeypatch)
 
 def test_an_eagle3_head(backend):
     import torch
-
     from eagle_hal.model.eagle import Eagle3DraftModel
     from eagle_hal.testing.models import randomize, tiny_config
 
@@ -333,7 +332,7 @@ def test_a_chain_drained_for_want_of_kv_pages_still_advances(backend):
                               kv_cache_tokens=100)
         llm.worker.overlap = overlap
         llm.worker.controller = ScriptedController([1])
-        requests = [llm.engine.add_request(p, q) for p, q in zip(prompts, params)]
+        requests = [llm.engine.add_request(p, q) for p, q in zip(prompts, params, strict=True)]
         steps = 0
         while llm.engine.has_unfinished() and steps < 300:
             llm.engine.step()

@@ -9,10 +9,9 @@ and verify passes), with counts of the chain's starts and of the calls that only
 from __future__ import annotations
 
 import pytest
-from scripted_overlap import CHAIN, PROMPTS, WIDE, run
-
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.spec import speculative_overlap as module
+from scripted_overlap import CHAIN, PROMPTS, WIDE, run
 
 
 @pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])

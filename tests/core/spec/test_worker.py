@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.spec.config import SpecConfig
+from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
 
 PROMPTS = [
     [1, 2, 3, 4, 5],
@@ -31,7 +30,8 @@ SETTINGS = [
 
 
 def _plain(backend, target, prompts, params):
-    return LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0)).generate(prompts, params)
+    llm = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0))
+    return llm.generate(prompts, params)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,8 @@ def test_adaptive_mode_is_lossless(cpu_backend, random_pair):
     target, head = random_pair
     params = SamplingParams(max_new_tokens=48)
     expected = _plain(cpu_backend, target, PROMPTS, params)
-    spec = SpecConfig(num_steps=4, topk=2, num_draft_tokens=6, adaptive=True, adaptive_steps=(0, 2, 4))
+    spec = SpecConfig(num_steps=4, topk=2, num_draft_tokens=6, adaptive=True,
+                      adaptive_steps=(0, 2, 4))
     llm = LLM.from_models(cpu_backend, target, head, spec=spec)
     assert [o.token_ids for o in llm.generate(PROMPTS, params)] == [e.token_ids for e in expected]
     assert llm.used_pages == 0
@@ -125,7 +126,9 @@ def test_batch_invariance(cpu_backend, good_pair, params):
     target, head = good_pair
     spec = SpecConfig(3, 2, 6)
     probe = [3, 1, 4, 1, 5, 9, 2, 6]
-    alone = LLM.from_models(cpu_backend, target, head, spec=spec, seed=0).generate([probe], params)[0]
+    alone = LLM.from_models(cpu_backend, target, head, spec=spec, seed=0).generate(
+        [probe], params
+    )[0]
     others = [PROMPTS[i % len(PROMPTS)][: 2 + i] for i in range(9)]
     llm = LLM.from_models(cpu_backend, target, head, spec=spec, seed=0, max_batch_size=16)
     crowded = llm.generate(others[:4] + [probe] + others[4:], params)[4]

@@ -10,7 +10,6 @@ import dataclasses
 
 import pytest
 import torch
-
 from eagle_hal.testing.graphs import EmulatedGraphCapture, snapshot
 
 

@@ -14,7 +14,8 @@ def _store(lengths: list[int], width: int, seed: int = 0) -> FeatureStore:
     generator = torch.Generator().manual_seed(seed)
     offsets = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()])
     # sequences of very different scale, so taking the wrong tokens moves the RMS a lot
-    scales = torch.repeat_interleave(torch.arange(1, len(lengths) + 1.0) ** 2, torch.tensor(lengths))
+    scales = torch.repeat_interleave(torch.arange(1, len(lengths) + 1.0) ** 2,
+                                     torch.tensor(lengths))
     values = torch.randn(int(offsets[-1]), width, generator=generator) * scales[:, None]
     return FeatureStore(values.to(torch.bfloat16), offsets)
 

@@ -9,13 +9,12 @@ the engine fused it, and the checkpoint file written from an unfused head.
 from __future__ import annotations
 
 import torch
-from safetensors.torch import load_file
-
 from eagle_hal.model.loading.eagle_ckpt import load_eagle_head, save_eagle1
 from eagle_hal.testing.models import tiny_target
 from eagle_hal.train.dense import draft_forward, target_features
 from eagle_hal.train.evaluate import copy_head, engine_accept_length
 from eagle_hal.train.trainer import init_eagle1
+from safetensors.torch import load_file
 
 
 def test_engine_validation_leaves_the_trained_head_unfused_and_trainable(cpu_backend):

@@ -44,8 +44,9 @@ def test_refitted_schedule_has_no_jumps_and_ends_at_the_floor():
     peak = rates.index(max(rates))
     assert peak <= 40
     after = rates[peak:]
-    assert all(a >= b for a, b in zip(after, after[1:]))  # never rises after the warm-up
-    assert max(a - b for a, b in zip(after, after[1:])) < 0.02 * config.lr
+    # never rises after the warm-up
+    assert all(a >= b for a, b in zip(after, after[1:], strict=False))
+    assert max(a - b for a, b in zip(after, after[1:], strict=False)) < 0.02 * config.lr
     assert rates[-1] == pytest.approx(config.min_lr_ratio * config.lr, rel=0.01)
     # a run that keeps its length follows TrainConfig.learning_rate exactly
     plain = Schedule(config, 300)

@@ -185,7 +185,8 @@ def _assert_vocabulary_ranks_the_answers(cpu_backend, target, dataset, out, comm
     prompts = [dataset.prompt(int(i)) for i in dataset.validation_indices()]
     params = SamplingParams(max_new_tokens=20)
     plain = LLM.from_models(cpu_backend, target, None, spec=SpecConfig(num_steps=0))
-    spec = LLM.from_models(cpu_backend, target, head, spec=SpecConfig(num_steps=3, topk=2, num_draft_tokens=6))
+    spec = LLM.from_models(cpu_backend, target, head,
+                           spec=SpecConfig(num_steps=3, topk=2, num_draft_tokens=6))
     assert [o.token_ids for o in spec.generate(prompts, params)] == [
         o.token_ids for o in plain.generate(prompts, params)
     ]

@@ -17,8 +17,8 @@ from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.model.llama import ModelOutput
 from eagle_hal.testing.models import randomize, tiny_eagle1, tiny_target
-from eagle_hal.train.eagle3 import init_eagle3
 from eagle_hal.train.dense import dense_batch, target_features
+from eagle_hal.train.eagle3 import init_eagle3
 from eagle_hal.train.unrolled import DenseUnrolledAttention, unrolled_draft_forward
 
 ATOL = 1e-5

@@ -19,6 +19,7 @@ VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
 CAPABILITIES = Capabilities(
     graph_capture=True,  # CUDA graphs through the core's graph runner
+    asynchronous=True,  # CUDA streams: the host queues work and goes on
     dtypes=("float32", "bfloat16", "float16"),
     tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),  # what the Triton verify kernel reads
     page_sizes=(),  # the kernel reads slots through the request table: any page size

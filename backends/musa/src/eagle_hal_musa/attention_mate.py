@@ -41,8 +41,8 @@ Left on the ``fallback`` (SDPA over gathered slots):
   eager forwards: prefills of several prompts at once, prompts longer than the graph
   runner's largest token bucket, and any other forward it does not capture. One-request
   prefills replay from the graph runner's token-bucket graphs, on the fallback
-  (``EAGLE_HAL_PREFILL_GRAPHS=0`` gives them to mate again; which is faster on MUSA is
-  not measured).
+  (a ``GraphRunner`` with ``prefill_graphs=False`` gives them to mate again; which is
+  faster on MUSA is not measured).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
 from eagle_hal.hal.attention import (
     AttentionBackend,
     AttentionConfig,
@@ -133,7 +132,7 @@ class MateCausalAttention(AttentionBackend):
             raise ValueError(f"{batch.mode.value}: {batch.num_tokens} tokens, extend_lens {lens}")
         config = self.config
         device = config.req_to_token.device
-        longest = max((p + n for p, n in zip(batch.prefix_lens_cpu, lens)), default=1)
+        longest = max((p + n for p, n in zip(batch.prefix_lens_cpu, lens, strict=False)), default=1)
         starts = [0]
         for n in lens:
             starts.append(starts[-1] + n)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 import warnings
 from typing import TYPE_CHECKING
 
 from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
 from eagle_hal.device import DeviceSpec
 
-from eagle_hal_musa.mate_support import MATE_ENV, MateChoice, resolve_mate
+from eagle_hal_musa.mate_support import MateChoice, mate_requested, resolve_mate
 from eagle_hal_musa.plugin import CAPABILITIES, DEVICE_TYPE, EXTENSION
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -45,7 +44,8 @@ class MusaBackend(Backend):
         notes = f"{CAPABILITIES.notes}; {self.mate_choice().reason}"
         if self._on_musa:
             return dataclasses.replace(CAPABILITIES, notes=notes)
-        return dataclasses.replace(CAPABILITIES, graph_capture=False, notes=notes)
+        return dataclasses.replace(CAPABILITIES, graph_capture=False, asynchronous=False,
+                                   notes=notes)
 
     def mate_choice(self) -> MateChoice:
         """Whether causal attention goes through mate's ``flash_attn_with_kvcache`` and why
@@ -53,7 +53,7 @@ class MusaBackend(Backend):
         with ``EAGLE_HAL_MUSA_MATE=1`` but cannot be used."""
         if self._mate is None:
             capability = None
-            if self._on_musa and os.environ.get(MATE_ENV) == "1":  # only then touch the GPU
+            if self._on_musa and mate_requested():  # only then touch the GPU
                 import torch
 
                 try:
@@ -62,7 +62,7 @@ class MusaBackend(Backend):
                 except Exception:
                     capability = (0, 0)  # unreadable: reported as not MP31
             self._mate = resolve_mate(capability)
-            if self._mate.flash_attn_with_kvcache is None and os.environ.get(MATE_ENV) == "1":
+            if self._mate.flash_attn_with_kvcache is None and mate_requested():
                 warnings.warn(self._mate.reason, RuntimeWarning, stacklevel=2)
         return self._mate
 

@@ -21,13 +21,15 @@ This module imports mate only inside ``resolve_mate``; ``probe_note`` does not i
 from __future__ import annotations
 
 import importlib
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from eagle_hal.probing import OptInLibrary
 
-__all__ = ["MATE_ENV", "MATE_COMPUTE_CAPABILITIES", "MateChoice", "probe_note", "resolve_mate"]
+__all__ = [
+    "MATE_ENV", "MATE_COMPUTE_CAPABILITIES", "MateChoice", "mate_requested", "probe_note",
+    "resolve_mate",
+]
 
 MATE_ENV = "EAGLE_HAL_MUSA_MATE"
 MATE_COMPUTE_CAPABILITIES = ((3, 1),)  # MP31 (Pinghu), mate's README
@@ -45,15 +47,19 @@ class MateChoice(NamedTuple):
 _MATE = OptInLibrary("mate", MATE_ENV, "mate flash attention", "attention on SDPA")
 
 
+def mate_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``EAGLE_HAL_MUSA_MATE`` opts in (is 1); ``environ``: default ``os.environ``."""
+    return _MATE.requested(environ)[0]
+
+
 def resolve_mate(
-    compute_capability: tuple[int, int] | None, environ: dict[str, str] | None = None
+    compute_capability: tuple[int, int] | None, environ: Mapping[str, str] | None = None
 ) -> MateChoice:
     """Decide whether to use mate's ``flash_attn_with_kvcache``; never raises.
 
     ``compute_capability`` is the bound GPU's ``(major, minor)``, or ``None`` off the GPU
     (no architecture check).
     """
-    environ = os.environ if environ is None else environ
     requested, problem = _MATE.requested(environ)
     if problem:
         return MateChoice(None, None, problem)
@@ -92,6 +98,6 @@ def resolve_mate(
     )
 
 
-def probe_note(environ: dict[str, str] | None = None) -> str:
+def probe_note(environ: Mapping[str, str] | None = None) -> str:
     """One clause for the probe's report, without importing mate."""
     return _MATE.probe_note(environ)

@@ -22,6 +22,7 @@ VISIBLE_DEVICES_ENV = "MUSA_VISIBLE_DEVICES"
 
 CAPABILITIES = Capabilities(
     graph_capture=True,  # torch.musa.MUSAGraph (eagle_hal_musa.graphs)
+    asynchronous=True,  # MUSA streams: the host queues work and goes on (off the GPU: False)
     dtypes=("float32", "bfloat16", "float16"),
     tree_mask_modes=TreeMaskMode.ALL,  # the pure-torch attention reads every layout
     page_sizes=(),

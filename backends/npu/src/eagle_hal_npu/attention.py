@@ -35,7 +35,6 @@ import dataclasses
 from typing import Any
 
 import torch
-
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import (
     AttentionBackend,

@@ -46,7 +46,7 @@ class NpuBackend(Backend):
     def capabilities(self) -> Capabilities:
         if self._on_npu:
             return CAPABILITIES
-        return dataclasses.replace(CAPABILITIES, graph_capture=False)
+        return dataclasses.replace(CAPABILITIES, graph_capture=False, asynchronous=False)
 
     @property
     def torch_device(self) -> torch.device:

@@ -88,7 +88,7 @@ def kv_lengths(prefix_lens: tuple[int, ...], extend_lens: tuple[int, ...]) -> li
     """Host KV lengths (``actual_seq_lengths_kv``): cached prefix plus this forward's tokens."""
     if len(prefix_lens) != len(extend_lens):
         raise ValueError(f"{len(prefix_lens)} prefix lengths but {len(extend_lens)} extend lengths")
-    return [p + e for p, e in zip(prefix_lens, extend_lens)]
+    return [p + e for p, e in zip(prefix_lens, extend_lens, strict=True)]
 
 
 def compressed_causal_mask(device: torch.device | str | None = None) -> torch.Tensor:

@@ -36,6 +36,7 @@ CAPABILITIES = Capabilities(
     # NPUGraph capture; replays refresh the fused attention's host lengths through
     # NPUGraph.update (NpuAttentionBackend.replay_host_updates). Off the NPU: False.
     graph_capture=True,
+    asynchronous=True,  # NPU streams: the host queues work and goes on (off the NPU: False)
     dtypes=("bfloat16", "float16"),  # what npu_fused_infer_attention_score computes in
     tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),
     page_sizes=(128,),  # the fused operator's block size for multi-token queries

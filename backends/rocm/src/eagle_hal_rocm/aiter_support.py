@@ -20,13 +20,15 @@ This module imports aiter only inside ``resolve_aiter``; ``probe_note`` does not
 from __future__ import annotations
 
 import importlib
-import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from eagle_hal.probing import OptInLibrary
 
-__all__ = ["AITER_ENV", "PAGED_DECODE_ARCHS", "AiterChoice", "probe_note", "resolve_aiter"]
+__all__ = [
+    "AITER_ENV", "PAGED_DECODE_ARCHS", "AiterChoice", "aiter_requested", "probe_note",
+    "resolve_aiter",
+]
 
 AITER_ENV = "EAGLE_HAL_ROCM_AITER"
 PAGED_DECODE_ARCHS = ("gfx90a", "gfx942", "gfx950")  # pa_v1.cuh's __HIP__GFX9__ guard
@@ -44,13 +46,19 @@ class AiterChoice(NamedTuple):
 _AITER = OptInLibrary("aiter", AITER_ENV, "aiter paged decode", "decode on the shared path")
 
 
-def resolve_aiter(gcn_arch_name: str | None, environ: dict[str, str] | None = None) -> AiterChoice:
+def aiter_requested(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``EAGLE_HAL_ROCM_AITER`` opts in (is 1); ``environ``: default ``os.environ``."""
+    return _AITER.requested(environ)[0]
+
+
+def resolve_aiter(
+    gcn_arch_name: str | None, environ: Mapping[str, str] | None = None
+) -> AiterChoice:
     """Decide whether to use aiter's ``paged_attention_v1`` for decode; never raises.
 
     ``gcn_arch_name`` is the bound GPU's ``gcnArchName`` (``"gfx942:sramecc+:xnack-"``), or
     ``None`` off the GPU (no architecture check).
     """
-    environ = os.environ if environ is None else environ
     requested, problem = _AITER.requested(environ)
     if problem:
         return AiterChoice(None, None, problem)
@@ -89,6 +97,6 @@ def resolve_aiter(gcn_arch_name: str | None, environ: dict[str, str] | None = No
     )
 
 
-def probe_note(environ: dict[str, str] | None = None) -> str:
+def probe_note(environ: Mapping[str, str] | None = None) -> str:
     """One clause for the probe's report, without importing aiter."""
     return _AITER.probe_note(environ)

@@ -64,7 +64,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
 from eagle_hal.hal.attention import (
     AttentionBackend,
     AttentionConfig,

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 import warnings
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from eagle_hal import settings
 from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
 from eagle_hal.device import DeviceSpec
 
-from eagle_hal_rocm.aiter_support import AITER_ENV, AiterChoice, resolve_aiter
+from eagle_hal_rocm.aiter_support import AiterChoice, aiter_requested, resolve_aiter
 from eagle_hal_rocm.plugin import CAPABILITIES
 from eagle_hal_rocm.wavefront import TritonLaunchParams, device_wavefront_size, launch_params
 
@@ -56,13 +56,15 @@ class RocmBackend(Backend):
         if not self._uses_triton():
             return dataclasses.replace(
                 CAPABILITIES, graph_capture=False, triton=False, fused_sampling_ops=(),
+                asynchronous=self._on_gpu,
                 notes="bound off the GPU without TRITON_INTERPRET=1: pure-torch paths; "
                 + aiter.replace("shared Triton kernel", "pure-torch reference"),
             )
         notes = f"{CAPABILITIES.notes}; {aiter}"
         if self._on_gpu:
             return dataclasses.replace(CAPABILITIES, notes=notes)
-        return dataclasses.replace(CAPABILITIES, graph_capture=False, notes=notes)
+        return dataclasses.replace(CAPABILITIES, graph_capture=False, asynchronous=False,
+                                   notes=notes)
 
     @property
     def torch_device(self) -> torch.device:
@@ -93,7 +95,7 @@ class RocmBackend(Backend):
         ``EAGLE_HAL_ROCM_AITER=1`` but cannot be used."""
         if self._aiter is None:
             arch = None
-            if self._on_gpu and os.environ.get(AITER_ENV) == "1":  # only then touch the GPU
+            if self._on_gpu and aiter_requested():  # only then touch the GPU
                 import torch
 
                 try:
@@ -104,7 +106,7 @@ class RocmBackend(Backend):
                 except Exception as exc:
                     arch = f"an unreadable architecture ({type(exc).__name__}: {exc})"
             self._aiter = resolve_aiter(arch)
-            if self._aiter.paged_attention_v1 is None and os.environ.get(AITER_ENV) == "1":
+            if self._aiter.paged_attention_v1 is None and aiter_requested():
                 warnings.warn(self._aiter.reason, RuntimeWarning, stacklevel=2)
         return self._aiter
 
@@ -118,7 +120,7 @@ class RocmBackend(Backend):
     def _uses_triton(self) -> bool:
         if importlib.util.find_spec("triton") is None:
             return False
-        return self._on_gpu or os.environ.get("TRITON_INTERPRET") == "1"
+        return self._on_gpu or settings.triton_interpreted()
 
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
         """The shared ``TritonAttentionBackend`` (the pure-torch reference off the GPU

@@ -10,9 +10,9 @@ a ROCm build should both ever report available.
 from __future__ import annotations
 
 import importlib.util
-import os
 from types import ModuleType
 
+from eagle_hal import settings
 from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
 from eagle_hal.hookspecs import hookimpl
 from eagle_hal.probing import import_torch, visible_devices_note
@@ -27,6 +27,7 @@ _OTHER_VISIBILITY_ENVS = ("ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 CAPABILITIES = Capabilities(
     graph_capture=True,  # HIP graphs through torch.cuda.CUDAGraph (eagle_hal_rocm.graphs)
+    asynchronous=True,  # HIP streams: the host queues work and goes on (off the GPU: False)
     dtypes=("float32", "bfloat16", "float16"),
     tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),  # what the shared Triton attention reads
     page_sizes=(),
@@ -49,7 +50,8 @@ CAPABILITIES = Capabilities(
 
 def _visibility() -> str:
     notes = [visible_devices_note(VISIBLE_DEVICES_ENV)]
-    notes += [visible_devices_note(var) for var in _OTHER_VISIBILITY_ENVS if var in os.environ]
+    notes += [visible_devices_note(var) for var in _OTHER_VISIBILITY_ENVS
+              if settings.get(var) is not None]
     return ", ".join(notes)
 
 

@@ -10,9 +10,11 @@ properties torch reports (``warp_size``, ``gcnArchName``); nothing here touches 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
+from collections.abc import Mapping
 from typing import Any
+
+from eagle_hal import settings
 
 __all__ = [
     "WAVEFRONT_ENV",
@@ -41,21 +43,21 @@ def wavefront_size_for_arch(gcn_arch_name: str) -> int:
         return 64
     if family in (10, 11, 12):
         return 32
-    raise ValueError(f"unknown AMD GPU family gfx{family} in {gcn_arch_name!r}; set {WAVEFRONT_ENV}")
+    raise ValueError(
+        f"unknown AMD GPU family gfx{family} in {gcn_arch_name!r}; set {WAVEFRONT_ENV}")
 
 
-def device_wavefront_size(properties: Any, environ: dict[str, str] | None = None) -> int:
+def device_wavefront_size(properties: Any, environ: Mapping[str, str] | None = None) -> int:
     """The wavefront size of a device, from ``torch.cuda.get_device_properties(i)``.
 
-    Order: ``EAGLE_HAL_ROCM_WAVEFRONT_SIZE`` if set; the ``warp_size`` property if torch
-    reports one; the family of ``gcnArchName``. Raises ``ValueError`` when none applies.
+    Order: ``EAGLE_HAL_ROCM_WAVEFRONT_SIZE`` if set (in ``environ``, default
+    ``os.environ``); the ``warp_size`` property if torch reports one; the family of
+    ``gcnArchName``. Raises ``ValueError`` when none applies, ``InvalidSetting`` (a
+    ``ValueError``) for a forced size other than 32 or 64.
     """
-    environ = os.environ if environ is None else environ
-    forced = environ.get(WAVEFRONT_ENV)
-    if forced:
-        if forced not in ("32", "64"):
-            raise ValueError(f"{WAVEFRONT_ENV} must be 32 or 64, got {forced!r}")
-        return int(forced)
+    forced = settings.get(WAVEFRONT_ENV, environ)
+    if forced is not None:
+        return forced
     warp_size = getattr(properties, "warp_size", None)
     if isinstance(warp_size, int) and warp_size in (32, 64):
         return warp_size

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import os
 from typing import TYPE_CHECKING
 
+from eagle_hal import settings
 from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
 from eagle_hal.device import DeviceSpec
 
@@ -39,10 +39,11 @@ class XpuBackend(Backend):
     def capabilities(self) -> Capabilities:
         if not self._uses_triton():
             return dataclasses.replace(
-                CAPABILITIES, triton=False, fused_sampling_ops=(),
+                CAPABILITIES, triton=False, fused_sampling_ops=(), asynchronous=self._on_xpu,
                 notes="bound off the XPU without TRITON_INTERPRET=1: pure-torch paths",
             )
-        return dataclasses.replace(CAPABILITIES, graph_capture=self._graphs_available())
+        return dataclasses.replace(CAPABILITIES, graph_capture=self._graphs_available(),
+                                   asynchronous=self._on_xpu)
 
     @property
     def torch_device(self) -> torch.device:
@@ -53,7 +54,7 @@ class XpuBackend(Backend):
     def _uses_triton(self) -> bool:
         if importlib.util.find_spec("triton") is None:
             return False
-        return self._on_xpu or os.environ.get("TRITON_INTERPRET") == "1"
+        return self._on_xpu or settings.triton_interpreted()
 
     def _graphs_available(self) -> bool:
         if not self._on_xpu:

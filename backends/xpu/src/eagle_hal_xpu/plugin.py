@@ -22,6 +22,7 @@ VISIBLE_DEVICES_ENV = "ZE_AFFINITY_MASK"
 CAPABILITIES = Capabilities(
     # Nominal: eager. A bound backend turns it on where torch has torch.xpu.XPUGraph (2.11+).
     graph_capture=False,
+    asynchronous=True,  # SYCL queues: the host queues work and goes on (off the XPU: False)
     dtypes=("float32", "bfloat16", "float16"),
     tree_mask_modes=(TreeMaskMode.TREE_BLOCK,),  # what the shared Triton attention reads
     page_sizes=(),

@@ -4,15 +4,16 @@ For every mode (``plain``, ``chain``, ``tree``, ``adaptive``) and batch size it 
 engine over the same loaded models, warms it up (graph capture included: one short
 generation per graph bucket the run passes through as its requests finish, as a server
 captures its graphs at start-up; adaptive: until the controller has settled at each of
-those sizes, so that the timed run holds no warm-up iteration), then decodes the
-prompts ``--repeats`` times (default 3) for throughput (output tokens/s of the median run,
-every run's kept; accept length), the modes' timed runs interleaved (every mode is built
-and warmed up first, then plain, chain, ..., plain, chain, ...), then once more with per-phase synchronisation for the
-split of an iteration into draft / verify / accept / draft-extend / catch-up. Each row also
-says how many graphs were captured, catch-ups run and Triton kernels compiled while timed
-(one-off costs the warm-up missed), how many iterations ran at each draft depth, and where
-the timed runs' wall time went (``time_by_batch``: seconds, tokens and steps per step kind,
-batch-size bucket and depth, ``engine.step_ledger``), so that modes compare bucket by bucket. Speedups are ratios of medians over ``plain`` at the
+those sizes, so that the timed run holds no warm-up iteration), then decodes the prompts
+``--repeats`` times (default 3) for throughput (output tokens/s of the median run, every
+run's kept; accept length), the modes' timed runs interleaved (every mode is built and
+warmed up first, then plain, chain, ..., plain, chain, ...), then once more with per-phase
+synchronisation for the split of an iteration into draft / verify / accept / draft-extend /
+catch-up. Each row also says how many graphs were captured, catch-ups run and Triton
+kernels compiled while timed (one-off costs the warm-up missed), how many iterations ran at
+each draft depth, and where the timed runs' wall time went (``time_by_batch``: seconds,
+tokens and steps per step kind, batch-size bucket and depth, ``engine.step_ledger``), so
+that modes compare bucket by bucket. Speedups are ratios of medians over ``plain`` at the
 same batch size in the same run. With ``--hf-baseline`` the same weights also run through
 Hugging Face transformers ``generate`` (batch size 1). ``results.json`` and, when
 matplotlib is importable, PNG plots go to ``--out``. Prompts (``bench_prompts``):
@@ -47,7 +48,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help='device string: "cpu", "cuda:0", "auto"')
     parser.add_argument("--backend", default=None, help="force a backend by name")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2)")
+    parser.add_argument("--model", default=None,
+                        help="HF directory or GGUF file (default: SmolLM2)")
     parser.add_argument("--draft", default="default", help='EAGLE head directory or "default"')
     parser.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
                         help='tokens the head drafts from unless a mode names its V: "auto" (the '
@@ -88,9 +90,9 @@ def _progress(message: str) -> None:
 class _Measurement:
     """One (mode, batch size) being measured: built warm (``bench_warmup.warm_up``), then
     timed one generation at a time (``run_once``), so that ``benchmark`` can interleave
-    the modes' timed runs; ``row`` summarises. Tokens/s is the median of the runs' (each run's kept);
-    outputs, token counts and accept figures are the last run's; captures, iterations
-    per depth, catch-ups and kernel compiles are summed over the runs."""
+    the modes' timed runs; ``row`` summarises. Tokens/s is the median of the runs' (each
+    run's kept); outputs, token counts and accept figures are the last run's; captures,
+    iterations per depth, catch-ups and kernel compiles are summed over the runs."""
 
     def __init__(self, llm: Any, prompts: list[list[int]], params: Any, batch_size: int) -> None:
         self.llm, self.prompts, self.params = llm, prompts, params
@@ -239,7 +241,8 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
     rows: list[dict[str, Any]] = []
     for batch_size in config.batch_sizes:
         # at least one full batch of requests
-        batch_prompts = [list(prompts[i % len(prompts)]) for i in range(max(len(prompts), batch_size))]
+        batch_prompts = [list(prompts[i % len(prompts)])
+                         for i in range(max(len(prompts), batch_size))]
         modes = [m for m in config.modes if m == "plain" or draft is not None]
         for mode in config.modes:
             if mode not in modes:
@@ -280,7 +283,7 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
                                **measurement.row(config.split_timing)})
             del measurement
         plain = next((r for r in batch_rows if r["mode"] == "plain"), None)
-        for row, mode in zip(batch_rows, modes):
+        for row, mode in zip(batch_rows, modes, strict=True):
             if plain is not None and plain["tokens_per_s"]:
                 row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
                 row["same_as_plain"] = row["token_ids"] == plain["token_ids"]

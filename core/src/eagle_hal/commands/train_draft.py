@@ -49,7 +49,8 @@ def _floats(text: str) -> tuple[float, ...]:
     try:
         values = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}") from None
     if not values or not all(math.isfinite(v) and v >= 0 for v in values):
         raise argparse.ArgumentTypeError(
             f"expected one or more finite temperatures >= 0, got {text!r}"
@@ -65,7 +66,8 @@ def _openers(spec: str) -> tuple[str, ...]:
     path = Path(spec)
     if not path.is_file():
         names = ", ".join(repr(name) for name in OPENER_SETS)
-        raise SystemExit(f"--prompt-openers: {spec!r} is neither one of {names} nor a readable file")
+        raise SystemExit(f"--prompt-openers: {spec!r} is neither one of {names} "
+                         "nor a readable file")
     # a literal \n in a line is a line break of the opener ("Here is a review:\n\n" makes
     # the target write the passage itself, then the request is about it)
     openers = tuple(line.strip().replace("\\n", "\n")
@@ -182,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
     vocabulary.check_arguments(args)
     if args.data_workers < 1:
-        raise SystemExit(f"eagle-hal train-draft: --data-workers must be >= 1, got {args.data_workers}")
+        raise SystemExit("eagle-hal train-draft: --data-workers must be >= 1, "
+                         f"got {args.data_workers}")
     if args.stage == "vocab":
         paths = args.vocab_data or [data_path]
         if not args.vocab_data and args.data is None and not data_path.is_file():

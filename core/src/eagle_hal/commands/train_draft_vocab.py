@@ -49,7 +49,9 @@ def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
     if vocab_size is None:  # --stage vocab: the head's own config names the vocabulary
         config = args.out / "config.json"
         if not config.is_file():
-            raise SystemExit(f"eagle-hal train-draft: {config} does not exist; train the head first")
+            raise SystemExit(
+                f"eagle-hal train-draft: {config} does not exist; train the head first"
+            )
         vocab_size = int(json.loads(config.read_text())["vocab_size"])
     coverage = DEFAULT_COVERAGE if args.draft_vocab_coverage is None else args.draft_vocab_coverage
     try:

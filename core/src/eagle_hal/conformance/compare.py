@@ -33,7 +33,9 @@ def assert_same(what: str, got: torch.Tensor, expected: torch.Tensor) -> None:
         )
 
 
-def assert_close(what: str, got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> None:
+def assert_close(
+    what: str, got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
+) -> None:
     """``|got - expected| <= atol + rtol * |expected|`` everywhere (in float64)."""
     got, expected = _host(got).double(), _host(expected).double()
     if tuple(got.shape) != tuple(expected.shape):
@@ -45,13 +47,16 @@ def assert_close(what: str, got: torch.Tensor, expected: torch.Tensor, atol: flo
     if bool(bad.any()):
         first = tuple(int(i) for i in bad.nonzero()[0])
         raise AssertionError(
-            f"{what}: {int(bad.sum())} of {bad.numel()} entries outside atol={atol:g} rtol={rtol:g}; "
+            f"{what}: {int(bad.sum())} of {bad.numel()} entries outside "
+            f"atol={atol:g} rtol={rtol:g}; "
             f"max abs error {error.max().item():.3g}; first at index {first}: got "
             f"{got[first].item():.6g}, expected {expected[first].item():.6g}"
         )
 
 
-def chi_square_pvalue(counts: Mapping[object, int], probs: Mapping[object, float], samples: int) -> float:
+def chi_square_pvalue(
+    counts: Mapping[object, int], probs: Mapping[object, float], samples: int
+) -> float:
     """Pearson's goodness-of-fit p-value of ``counts`` against ``probs``; cells expected
     fewer than 5 times are pooled. Raises ``AssertionError`` if an outcome of probability 0
     was observed (no statistic can excuse it)."""

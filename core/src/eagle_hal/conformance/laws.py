@@ -35,7 +35,9 @@ def tree_law(
     return law
 
 
-def chain_law(target: Sequence[Sequence[float]], draft: Sequence[Sequence[float]]) -> dict[Sequence_, float]:
+def chain_law(
+    target: Sequence[Sequence[float]], draft: Sequence[Sequence[float]]
+) -> dict[Sequence_, float]:
     """``{emitted tokens: probability}`` of chain speculative sampling with drafts drawn
     from ``draft[i]`` (``len(target) == len(draft) + 1``)."""
     law: dict[Sequence_, float] = {}

@@ -104,7 +104,8 @@ def encode_tree_mask(parents: torch.Tensor, prefix_lens: list[int], mode: str) -
     if mode == TreeMaskMode.BIT_PACKED:
         weights = 2 ** torch.arange(block.shape[-1], dtype=torch.int64)
         return (block.to(torch.int64) * weights).sum(-1)  # [B, N]
-    rows = [torch.cat([torch.ones(block.shape[1], p, dtype=torch.bool), block[b]], dim=1).reshape(-1)
+    rows = [torch.cat([torch.ones(block.shape[1], p, dtype=torch.bool), block[b]],
+                      dim=1).reshape(-1)
             for b, p in enumerate(prefix_lens)]
     return torch.cat(rows)
 
@@ -189,9 +190,11 @@ class PagedScene:
 
     def forward_batch(self, mode: ForwardMode, rows: list[int], prefix_lens: list[int],
                       extend_lens: list[int], out_cache_loc: list[int], *, tree_mask: Any = None,
-                      draft_kv_slots: torch.Tensor | None = None, num_branches: int = 1) -> ForwardBatch:
+                      draft_kv_slots: torch.Tensor | None = None,
+                      num_branches: int = 1) -> ForwardBatch:
         device, dtype = self.device, slot_dtype(self.layout)
-        positions = torch.cat([torch.arange(p, p + n) for p, n in zip(prefix_lens, extend_lens, strict=True)])
+        positions = torch.cat([torch.arange(p, p + n)
+                               for p, n in zip(prefix_lens, extend_lens, strict=True)])
         tokens = len(out_cache_loc)
         return ForwardBatch(
             mode=mode,
@@ -210,7 +213,9 @@ class PagedScene:
 
     # -- the oracle ------------------------------------------------------------------------
 
-    def dense_attention(self, layer: int, q: torch.Tensor, visible_slots: list[list[int]]) -> torch.Tensor:
+    def dense_attention(
+        self, layer: int, q: torch.Tensor, visible_slots: list[list[int]]
+    ) -> torch.Tensor:
         """Token t attends over ``visible_slots[t]`` with remembered K/V; float64
         ``[T, H, D]``."""
         g = self.geometry

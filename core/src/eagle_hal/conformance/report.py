@@ -89,7 +89,8 @@ class ConformanceReport:
             "format": REPORT_FORMAT,
             "passed": not self.failed,
             "environment": self.environment,
-            "areas": {area: {"status": self.area_status(area), **self.counts(area)} for area in self.areas},
+            "areas": {area: {"status": self.area_status(area), **self.counts(area)}
+                      for area in self.areas},
             "totals": self.counts(),
             "checks": [r.to_json() for r in self.results],
         }
@@ -129,10 +130,13 @@ class ConformanceReport:
             lines.append(f"- library {name}: {version}" if markdown else f"  {name:22} {version}")
         lines += ["", "## Areas" if markdown else "Areas"]
         header = ["area", "status", "pass", "skip", "fail", "expected-fail", "unexpected-pass"]
-        rows = [[area, self.area_status(area), *map(str, self._ordered_counts(area))] for area in self.areas]
-        rows.append(["total", "FAIL" if self.failed else "ok", *map(str, self._ordered_counts(None))])
+        rows = [[area, self.area_status(area), *map(str, self._ordered_counts(area))]
+                for area in self.areas]
+        rows.append(["total", "FAIL" if self.failed else "ok",
+                     *map(str, self._ordered_counts(None))])
         lines += _table(header, rows, markdown)
-        shown = self.results if markdown else [r for r in self.results if r.outcome is not Outcome.PASS]
+        shown = (self.results if markdown
+                 else [r for r in self.results if r.outcome is not Outcome.PASS])
         if shown:
             lines += ["", "## Checks" if markdown else "Checks (all but plain passes)"]
             lines += _table(

@@ -37,7 +37,9 @@ def requires(*needs: str) -> Any:
             continue
         if kind == "page_size" and value.isdigit():
             continue
-        raise ValueError(f"unknown conformance need {need!r}; see eagle_hal.conformance.requirements")
+        raise ValueError(
+            f"unknown conformance need {need!r}; see eagle_hal.conformance.requirements"
+        )
     return getattr(pytest.mark, MARK_NAME)(*needs)
 
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eagle_hal import settings
 from eagle_hal.backend import Backend
 from eagle_hal.conformance.report import ConformanceReport
 from eagle_hal.conformance.session import CHECKS_DIR, RUNNER_LINK_NAME
@@ -49,7 +50,7 @@ def pytest_args(
         "-W", "ignore::pytest.PytestAssertRewriteWarning",
         "--eagle-hal-device", device,
     ]
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+    if settings.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):  # pytest's rule: any value
         args += ["-p", "eagle_hal.conformance.plugin"]
     if backend_name:
         args += ["--eagle-hal-backend", backend_name]
@@ -92,7 +93,8 @@ def run_suite(
     if link.report is None or status in (
         pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.INTERRUPTED
     ):
-        raise SuiteDidNotRun(f"pytest exited with {status!r} before the suite reported; args: {args}")
+        raise SuiteDidNotRun(
+            f"pytest exited with {status!r} before the suite reported; args: {args}")
     return link.report
 
 

@@ -2,8 +2,9 @@
 
 Registered by the plugin only when ``--eagle-hal-device`` is given (the plugin then also
 adds ``check_*.py`` to ``python_files`` so the ``checks/check_<area>.py`` modules are
-collected, with assertion rewriting). It deselects everything but the areas asked for, skips checks whose needs the backend lacks, marks the backend's declared
-known failures, records every outcome and, at the end, writes and prints the report.
+collected, with assertion rewriting). It deselects everything but the areas asked for,
+skips checks whose needs the backend lacks, marks the backend's declared known failures,
+records every outcome and, at the end, writes and prints the report.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import pytest
 
 from eagle_hal.backend import Backend
 from eagle_hal.conformance import AREAS
-from eagle_hal.conformance.report import CheckResult, ConformanceReport, Outcome, describe_environment
+from eagle_hal.conformance.report import (
+    CheckResult,
+    ConformanceReport,
+    Outcome,
+    describe_environment,
+)
 from eagle_hal.conformance.requirements import MARK_NAME, unmet
 from eagle_hal.errors import BackendUnavailable, EagleHalError
 
@@ -59,10 +65,14 @@ def load_plugin_backend(module_name: str, device: str, backend_name: str | None)
         )
     descriptor = max(matches, key=lambda d: d.priority)
     if not api_compatible(descriptor.api_version):
-        raise BackendUnavailable(f"backend {descriptor.name!r}: API {descriptor.api_version} is incompatible")
+        raise BackendUnavailable(
+            f"backend {descriptor.name!r}: API {descriptor.api_version} is incompatible"
+        )
     availability = descriptor.probe()
     if not availability.ok:
-        raise BackendUnavailable(f"backend {descriptor.name!r} is unavailable: {availability.reason}")
+        raise BackendUnavailable(
+            f"backend {descriptor.name!r} is unavailable: {availability.reason}"
+        )
     impl_module, _, class_name = descriptor.implementation.partition(":")
     backend_class = getattr(importlib.import_module(impl_module), class_name)
     return backend_class(descriptor, spec)
@@ -82,7 +92,9 @@ class ConformanceSession:
         unknown = set(asked) - set(AREAS)
         self.areas = tuple(a for a in AREAS if a in asked)
         if unknown:
-            raise pytest.UsageError(f"unknown conformance areas {sorted(unknown)}; known: {', '.join(AREAS)}")
+            raise pytest.UsageError(
+                f"unknown conformance areas {sorted(unknown)}; known: {', '.join(AREAS)}"
+            )
         self.results: dict[str, CheckResult] = {}
         self.report: ConformanceReport | None = None
         self._backend: Backend | None = None
@@ -100,7 +112,9 @@ class ConformanceSession:
             if link is not None and link.backend is not None:
                 self._backend = link.backend
             elif self.plugin_module:
-                self._backend = load_plugin_backend(self.plugin_module, self.device, self.backend_name)
+                self._backend = load_plugin_backend(
+                    self.plugin_module, self.device, self.backend_name
+                )
             else:
                 from eagle_hal.registry import select_backend
 
@@ -137,7 +151,9 @@ class ConformanceSession:
         if dropped:
             config.hook.pytest_deselected(items=dropped)
             items[:] = chosen
-        items.sort(key=lambda item: AREAS.index(area_of(item)) if area_of(item) in AREAS else len(AREAS))
+        items.sort(
+            key=lambda item: AREAS.index(area_of(item)) if area_of(item) in AREAS else len(AREAS)
+        )
         known = self._known_failures()
         for item in items:
             identifier = check_id(item)
@@ -184,14 +200,18 @@ class ConformanceSession:
         if previous is not None and previous.outcome is not Outcome.PASS:
             return  # a teardown outcome never hides the failure of the call
         duration = (previous.duration_s if previous else 0.0) + float(report.duration)
-        self.results[identifier] = CheckResult(identifier, report.eagle_hal_area, outcome, message, duration)
+        self.results[identifier] = CheckResult(
+            identifier, report.eagle_hal_area, outcome, message, duration
+        )
 
     # -- the report ------------------------------------------------------------------------
 
     def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
         error = self.selection_error
         environment = describe_environment(
-            self.device, self._backend, None if error is None else f"{type(error).__name__}: {error}"
+            self.device,
+            self._backend,
+            None if error is None else f"{type(error).__name__}: {error}",
         )
         environment["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         self.report = ConformanceReport(environment, tuple(self.results.values()), self.areas)

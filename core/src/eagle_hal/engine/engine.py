@@ -120,14 +120,14 @@ class Engine:
         if isinstance(work, PrefillWork):
             emitted = self.worker.prefill(work.requests)
             now = time.perf_counter()
-            for request, tokens in zip(work.requests, emitted):
+            for request, tokens in zip(work.requests, emitted, strict=True):
                 if tokens and request.stats.first_token_time is None:
                     request.stats.first_token_time = now
                 taken += self._absorb(request, tokens, counts_as_verify=False)
             touched: Sequence[Request] = work.requests
         elif isinstance(work, DecodeWork):
             emitted = self.worker.decode(work.requests)
-            for request, tokens in zip(work.requests, emitted):
+            for request, tokens in zip(work.requests, emitted, strict=True):
                 taken += self._absorb(request, tokens, counts_as_verify=True)
             touched = work.requests
         else:

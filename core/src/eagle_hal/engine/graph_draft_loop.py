@@ -10,8 +10,8 @@ each step with its own static batch and attention metadata (the contract for sev
 forwards in one graph is in ``eagle_hal.hal.attention``). Attention backends without
 ``multi_forward_graphs`` and ``FULL`` tree masks keep the per-step path. The tree loop
 (K > 1) is captured the same way, ``engine.tree_graph.TreeGraph``, one graph per (bucket,
-S, K, N, hidden width and dtype, tree-mask layout) unless ``EAGLE_HAL_TREE_GRAPH=0``, for
-attention backends that also read ``draft_kv_slots`` in their forward
+S, K, N, hidden width and dtype, tree-mask layout) unless ``GraphRunner.tree_graphs`` is
+off, for attention backends that also read ``draft_kv_slots`` in their forward
 (``draft_slots_read_in_forward``).
 
 The functions take the ``GraphRunner`` that holds the captured loops, the graph pool and

@@ -26,11 +26,11 @@ bucket: the padding tokens are a request of their own (table row 0, prefix 0), a
 backend rebuilds what it derives from the lengths on replay. Elsewhere only one-request
 extends replay (``PREFILL_BUCKETS``, 16 to 512 tokens), the padding in the request's own
 causal run, never past the end of its table row. Eagerly such a forward costs the host one
-launch per op (on an H200 a 83-token prefill took 15 ms of host time for 0.9 ms of device
-work; with the draft's extend, 28 ms; 16 prompts at once 15.4 ms against 6.7 ms
-replayed). ``EAGLE_HAL_PREFILL_GRAPHS=0`` turns this off. Anything else (a tree, more
-requests than the largest bucket, more tokens than the largest token bucket) returns
-``None`` and the caller runs eagerly.
+launch per op (``benchmarks/profile_prefill.py --device cuda`` on an H200: an 83-token
+prefill takes 15 ms of host time for 0.9 ms of device work, with the draft's extend 28 ms;
+16 prompts at once 15.4 ms against 6.7 ms replayed). ``GraphRunner(prefill_graphs=False)``
+turns this off. Anything else (a tree, more requests than the largest bucket, more tokens
+than the largest token bucket) returns ``None`` and the caller runs eagerly.
 
 The draft's chain and tree loops are captured whole, one graph per loop shape
 (``engine.graph_draft_loop``).
@@ -39,7 +39,6 @@ The draft's chain and tree loops are captured whole, one graph per loop shape
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +49,8 @@ from eagle_hal.engine import graph_draft_loop
 from eagle_hal.engine.chain_graph import ChainGraph
 from eagle_hal.engine.forward_graph import Body, CapturedForward
 from eagle_hal.engine.iteration_graph import VerifyExtendGraph
-from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
+from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import GraphCapture
 from eagle_hal.hal.sampling import SamplingOps, TreeShape, VerifyTree
@@ -85,7 +84,10 @@ class GraphRunner:
     """Captured target and draft forwards for one ``ModelRunner``; see the module docstring.
 
     ``buckets`` are the padded batch sizes (sorted, positive); a batch of B requests runs
-    in the smallest bucket >= B.
+    in the smallest bucket >= B. ``chain_graphs`` / ``tree_graphs``: a draft chain's
+    (K = 1) / tree's (K > 1) whole loop replays as one graph (else one graph per step);
+    ``prefill_graphs``: extends of varying length replay padded to a token bucket (else
+    they run eagerly). All three are on by default; off, they serve to compare the modes.
     """
 
     def __init__(
@@ -93,6 +95,10 @@ class GraphRunner:
         runner: ModelRunner,
         capture: GraphCapture,
         buckets: Sequence[int] = DEFAULT_BUCKETS,
+        *,
+        chain_graphs: bool = True,
+        tree_graphs: bool = True,
+        prefill_graphs: bool = True,
     ) -> None:
         if not buckets or any(b < 1 for b in buckets):
             raise ValueError(f"graph buckets must be positive batch sizes, got {tuple(buckets)}")
@@ -109,25 +115,20 @@ class GraphRunner:
         self.chain_replays = 0  # whole draft chain loops served by a graph
         self.tree_replays = 0  # whole draft tree loops served by a graph
         self.iteration_replays = 0  # overlapped verify-to-extend parts served by a graph
-        # The chain loop as one graph (``chain_graph``), unless EAGLE_HAL_CHAIN_GRAPH=0.
-        # On an H200 it equals the eager loop (conformance ``graphs/chain_loop_equals_eager``;
-        # the same chain accept length, 1.98, step by step and as one graph) and runs chain
-        # decoding 1.63x faster (docs/benchmarks/README.md, third session).
-        setting = os.environ.get("EAGLE_HAL_CHAIN_GRAPH", "1").strip().lower()
-        self.chain_graphs = setting not in ("0", "false", "off", "no")
-        # The tree loop (K > 1) as one graph (``tree_graph``), unless EAGLE_HAL_TREE_GRAPH=0.
-        # On an H200 it equals the level-by-level loop (conformance
-        # ``graphs/tree_loop_equals_eager``) and runs batch-1 tree decoding 1.74x faster.
-        # Its first version kept the verify tree in the shared graph pool, where a verify
-        # graph captured earlier overwrote it (an illegal memory access at batch 4 in the
-        # adaptive mode); ``chain_graph.record_with_own_outputs`` fixed that, checked on the
-        # H200 by tests/backends/cuda (docs/benchmarks/README.md, fifth session).
-        setting = os.environ.get("EAGLE_HAL_TREE_GRAPH", "1").strip().lower()
-        self.tree_graphs = setting not in ("0", "false", "off", "no")
-        # One-request prefills and catch-ups padded to a token bucket, unless
-        # EAGLE_HAL_PREFILL_GRAPHS=0 (see the module docstring).
-        setting = os.environ.get("EAGLE_HAL_PREFILL_GRAPHS", "1").strip().lower()
-        prefill_graphs = setting not in ("0", "false", "off", "no")
+        # The chain loop as one graph (``chain_graph``). It equals the eager loop
+        # (conformance ``graphs/chain_loop_equals_eager``: the same chain accept length
+        # step by step and as one graph) and runs chain decoding faster (1.63x on an H200,
+        # ``eagle-hal bench --modes chain`` against ``GraphRunner(chain_graphs=False)``).
+        self.chain_graphs = chain_graphs
+        # The tree loop (K > 1) as one graph (``tree_graph``). It equals the level-by-level
+        # loop (conformance ``graphs/tree_loop_equals_eager``) and runs batch-1 tree
+        # decoding faster (1.74x on an H200, ``eagle-hal bench --modes tree``). Its outputs
+        # live outside the shared graph pool (``chain_graph.record_with_own_outputs``): a
+        # verify graph captured before it would overwrite a tree kept in the pool
+        # (tests/backends/cuda check it at two depths sharing one verify shape).
+        self.tree_graphs = tree_graphs
+        # One-request prefills and catch-ups padded to a token bucket (see the module
+        # docstring).
         self.prefill_buckets = PREFILL_BUCKETS if prefill_graphs else ()
         # ... of several requests too, on backends with ``ragged_extend_graphs``
         self.ragged_buckets = RAGGED_BUCKETS if prefill_graphs else ()

@@ -226,7 +226,7 @@ class VerifyExtendGraph:
         self.filled = size
         prefix_lens_cpu = tuple(bounds) + (0,) * (self.rows.shape[0] - size)
         updates = []
-        for attn, static in zip(self.attns, self.batches):
+        for attn, static in zip(self.attns, self.batches, strict=True):
             assert static.attn_metadata is not None
             view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
             attn.plan_for_replay(view, static.attn_metadata)

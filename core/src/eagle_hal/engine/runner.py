@@ -23,6 +23,7 @@ from eagle_hal.parallel.context import parallel_of
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.engine.graph_runner import GraphRunner
+    from eagle_hal.hal.model_kernels import ModelKernels
 
 __all__ = ["CacheConfig", "ModelRunner"]
 
@@ -49,7 +50,10 @@ _ROTARY_MARGIN = 64  # positions past the context the rotary table covers (padde
 
 
 class ModelRunner:
-    """Target model, optional draft head, their KV caches and attention backends."""
+    """Target model, optional draft head, their KV caches and attention backends.
+
+    ``model_kernels``: the kernels the models' layers run (default: the backend's
+    ``model_kernels()``), e.g. the backend's with a field replaced to compare variants."""
 
     graphs: GraphRunner | None = None  # set by enable_graphs(); None: every forward eager
 
@@ -60,13 +64,19 @@ class ModelRunner:
         draft: Any | None,
         cache: CacheConfig,
         dtype: torch.dtype,
+        *,
+        model_kernels: ModelKernels | None = None,
     ) -> None:
         self.backend = backend
         self.device = backend.torch_device
+        # the device runs queued work while the host goes on: host copies from pinned
+        # memory, read-backs through events (read once: the capabilities may be rebuilt
+        # on every access)
+        self.asynchronous = backend.capabilities.asynchronous
         self.target = target
         self.draft = draft
         self.dtype = dtype
-        fuse_for_inference(backend.model_kernels(), target, draft)
+        fuse_for_inference(model_kernels or backend.model_kernels(), target, draft)
         for model in (target, draft):  # cos/sin tabulated now, before any graph capture
             rotary = getattr(model, "rotary", None)
             if rotary is not None:
@@ -145,12 +155,12 @@ class ModelRunner:
         # allocated pinned (``Tensor.pin_memory()`` first asks the driver whether the
         # tensor is pinned: ~0.3 ms a call on an H200 host under the profiler of
         # ``benchmarks/profile_prefill.py``)
-        host = torch.empty(len(values), dtype=torch.int64, pin_memory=self.device.type != "cpu")
+        host = torch.empty(len(values), dtype=torch.int64, pin_memory=self.asynchronous)
         if values:  # through an int64 array: a quarter of torch.tensor(list)'s time
             host.copy_(torch.frombuffer(array.array("q", values), dtype=torch.int64))
         flat = host.to(self.device, non_blocking=True)
         padded = flat.split([n + n % 2 for n in spans])
-        return [view[:n] for view, n in zip(padded, spans)]
+        return [view[:n] for view, n in zip(padded, spans, strict=False)]
 
     def slots_at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """Slots of logical ``positions`` (any shape) of table ``rows`` (broadcastable)."""
@@ -159,7 +169,8 @@ class ModelRunner:
     def host_slots(self, rows: Sequence[int], starts: Sequence[int], count: int) -> list[int]:
         """Slots of positions ``start .. start + count`` of each row, flat, from the integer
         table (no device work)."""
-        return [s for row, start in zip(rows, starts) for s in self.table.slots(row, start, start + count)]
+        return [s for row, start in zip(rows, starts, strict=False)
+                for s in self.table.slots(row, start, start + count)]
 
     def sync_table(self) -> None:
         self.device_table.sync()
@@ -218,9 +229,11 @@ class ModelRunner:
         """An EXTEND / DECODE / DRAFT_EXTEND batch whose new tokens sit at logical positions
         ``prefix .. prefix + extend`` of each row (already reserved). Host ``input_ids``
         travel in the same single copy as positions, slots and lengths."""
-        positions = [p + i for p, n in zip(prefix_lens, extend_lens) for i in range(n)]
+        positions = [p + i for p, n in zip(prefix_lens, extend_lens, strict=False)
+                     for i in range(n)]
         slots = [
-            s for r, p, n in zip(rows, prefix_lens, extend_lens) for s in self.table.slots(r, p, p + n)
+            s for r, p, n in zip(rows, prefix_lens, extend_lens, strict=False)
+            for s in self.table.slots(r, p, p + n)
         ]
         host_ids = [] if isinstance(input_ids, torch.Tensor) else list(input_ids)
         ids_t, positions_t, slots_t, rows_t, prefix_t, extend_t = self.upload(
@@ -239,10 +252,19 @@ class ModelRunner:
 
     # -- model passes ----------------------------------------------------------------------
 
-    def enable_graphs(self, buckets: Sequence[int] | None = None) -> bool:
+    def enable_graphs(
+        self,
+        buckets: Sequence[int] | None = None,
+        *,
+        chain_graphs: bool = True,
+        tree_graphs: bool = True,
+        prefill_graphs: bool = True,
+    ) -> bool:
         """Serve capturable forwards from device graphs (``engine.graph_runner``) when the
         backend offers graph capture and both attention backends support replay; returns
-        whether graphs are now on. ``buckets`` defaults to ``graph_runner.DEFAULT_BUCKETS``."""
+        whether graphs are now on. ``buckets`` defaults to ``graph_runner.DEFAULT_BUCKETS``;
+        ``chain_graphs``, ``tree_graphs`` and ``prefill_graphs`` go to the ``GraphRunner``
+        (all on by default; off to compare graph modes)."""
         from eagle_hal.engine.graph_runner import DEFAULT_BUCKETS, GraphRunner, supports_replay
 
         capture = self.backend.graph_capture()
@@ -250,7 +272,9 @@ class ModelRunner:
         if capture is None or not all(supports_replay(a) for a in attns):
             self.graphs = None
             return False
-        self.graphs = GraphRunner(self, capture, buckets or DEFAULT_BUCKETS)
+        self.graphs = GraphRunner(self, capture, buckets or DEFAULT_BUCKETS,
+                                  chain_graphs=chain_graphs, tree_graphs=tree_graphs,
+                                  prefill_graphs=prefill_graphs)
         return True
 
     @torch.inference_mode()

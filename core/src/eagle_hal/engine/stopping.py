@@ -16,8 +16,9 @@ it (the difference is the new text, so tokenizers that drop a leading space at t
 of a decode still space right), held back while the window's tail is an incomplete UTF-8
 sequence. Decoding the whole output at every token would cost time growing with its length,
 per request and token. (A stream that keeps ending inside a character -- bytes that are
-not valid UTF-8 -- holds its window open, and its cost grows back to that.) A finished request's text is flushed (``finish_text``), so it
-equals the decode of its output ids, cut before a stop string.
+not valid UTF-8 -- holds its window open, and its cost grows back to that.) A finished
+request's text is flushed (``finish_text``), so it equals the decode of its output ids, cut
+before a stop string.
 """
 
 from __future__ import annotations

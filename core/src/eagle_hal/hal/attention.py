@@ -243,6 +243,7 @@ class AttentionBackend(abc.ABC):
         """Allocate static metadata buffers for batches up to ``max_batch_size`` requests
         and ``max_tokens`` query tokens; called once, before the first
         ``plan_for_capture``. Backends that cannot be captured do nothing."""
+        return
 
     def plan_for_capture(self, batch: ForwardBatch) -> AttentionMetadata:
         """Metadata for capturing forwards of ``batch``'s shape, backed by static buffers

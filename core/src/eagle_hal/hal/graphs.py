@@ -155,7 +155,8 @@ class ModuleGraphCapture(GraphCapture):
     def capture(self, graph: DeviceGraph) -> contextlib.AbstractContextManager[Any]:
         if not isinstance(graph, self.graph_type):
             raise TypeError(
-                f"expected a {self.graph_type.__name__} from new_graph(), got {type(graph).__name__}"
+                f"expected a {self.graph_type.__name__} from new_graph(), "
+                f"got {type(graph).__name__}"
             )
         return _guarded(self.device_module.graph(graph.graph, pool=self.pool))
 

@@ -60,6 +60,14 @@ class FusedLinearKernels:
     # where larger ones run faster through the GEMMs
     max_tokens_16bit: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        limit = self.max_tokens_16bit
+        if limit is not None and not 1 <= limit <= self.max_tokens:
+            raise ValueError(f"max_tokens_16bit must be 1-{self.max_tokens} (max_tokens), "
+                             f"got {limit}")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ModelKernels:

@@ -9,8 +9,9 @@ lossless: the target verifies every draft token and picks the bonus token from i
 vocabulary; a token outside the draft vocabulary is only never proposed.
 
 The ranking is counted on self-distilled answers (``train-draft`` counts the head's own
-training answers; never a benchmark's) and stored next to the head as ``draft_vocab.json``: JSON, not safetensors,
-because other engines' loaders read every ``*.safetensors`` of a head directory as weights.
+training answers; never a benchmark's) and stored next to the head as ``draft_vocab.json``:
+JSON, not safetensors, because other engines' loaders read every ``*.safetensors`` of a head
+directory as weights.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ class DraftVocabulary:
             raise ValueError("a draft vocabulary lists a token id twice")
         if min(self.token_ids) < 0 or max(self.token_ids) >= self.vocab_size:
             raise ValueError(f"draft vocabulary token ids must lie in [0, {self.vocab_size})")
-        if any(a < b for a, b in zip(self.counts, self.counts[1:])) or self.counts[-1] < 0:
+        if (any(a < b for a, b in zip(self.counts, self.counts[1:], strict=False))
+                or self.counts[-1] < 0):
             raise ValueError("draft vocabulary counts must be non-negative and non-increasing")
         if not 1 <= self.default_size <= len(self.token_ids):
             raise ValueError(
@@ -123,10 +125,14 @@ class DraftVocabulary:
             raw = json.loads(path.read_text())
             if not isinstance(raw, dict) or raw.get("format") != _FORMAT:
                 raise ValueError(f"format {raw.get('format')!r}, expected {_FORMAT!r}")
-            return cls(tuple(int(i) for i in raw["token_ids"]), tuple(int(c) for c in raw["counts"]),
-                       int(raw["vocab_size"]), int(raw["default_size"]), dict(raw.get("source", {})))
+            return cls(tuple(int(i) for i in raw["token_ids"]),
+                       tuple(int(c) for c in raw["counts"]),
+                       int(raw["vocab_size"]), int(raw["default_size"]),
+                       dict(raw.get("source", {})))
         except (ValueError, KeyError, TypeError) as exc:
-            raise UnsupportedModelError(f"{path} is not a readable draft vocabulary: {exc}") from exc
+            raise UnsupportedModelError(
+                f"{path} is not a readable draft vocabulary: {exc}"
+            ) from exc
 
 
 def count_answer_tokens(dataset: Any, vocab_size: int) -> torch.Tensor:
@@ -167,7 +173,8 @@ def require_file(directory: str | Path | None, size: int | str) -> None:
     """Raise ``ModelFileNotFound`` when a number of tokens is asked of a head directory
     without a ranking (checkable before any model loads)."""
     size = parse_size(size)
-    if isinstance(size, int) and directory is not None and not (Path(directory) / FILE_NAME).is_file():
+    if (isinstance(size, int) and directory is not None
+            and not (Path(directory) / FILE_NAME).is_file()):
         raise ModelFileNotFound(
             f"a draft vocabulary of {size} tokens needs {FILE_NAME} in the head directory "
             f"({directory}); write one with `eagle-hal train-draft --stage vocab`"
@@ -199,7 +206,9 @@ def restrict(head: Any, directory: str | Path | None, size: int | str, backend: 
     if vocabulary is None:
         if size == "default":
             return head
-        raise ModelFileNotFound(f"a draft vocabulary of {size} tokens needs a head directory with {FILE_NAME}")
+        raise ModelFileNotFound(
+            f"a draft vocabulary of {size} tokens needs a head directory with {FILE_NAME}"
+        )
     if vocabulary.vocab_size != head.target_vocab_size:
         raise UnsupportedModelError(
             f"{Path(directory) / FILE_NAME} ranks a vocabulary of {vocabulary.vocab_size} tokens, "

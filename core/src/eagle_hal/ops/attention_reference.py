@@ -180,7 +180,6 @@ class TorchAttentionBackend(AttentionBackend):
     def _plan(self, batch: ForwardBatch, max_prefix: int) -> TorchAttentionMetadata:
         """``plan`` with ``max_prefix`` prefix columns (at least the longest prefix)."""
         device = batch.out_cache_loc.device
-        prefix_lens = batch.prefix_lens_cpu
         batch_size = batch.batch_size
 
         if batch.mode is ForwardMode.DRAFT_DECODE:

@@ -227,7 +227,8 @@ def verify_chain_sampling(
 
 def sample_masses(masses: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw from integer ``masses [B, V]``: the first token whose running mass
-    exceeds ``scale_draws(draw, total)``. Exact; a row without mass (invalid input) gives token 0."""
+    exceeds ``scale_draws(draw, total)``. Exact; a row without mass (invalid input) gives
+    token 0."""
     total = masses.sum(dim=1)
     target = scale_draws(draws, total.clamp(min=1))
     index = (torch.cumsum(masses, dim=1) <= target.unsqueeze(1)).sum(dim=1)

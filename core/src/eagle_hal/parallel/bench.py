@@ -62,7 +62,8 @@ def _bench_rank(
     for batch in batches:
         llm = LLM.from_models(
             backend, target, None, spec=SpecConfig(num_steps=0), max_batch_size=batch,
-            max_context=prompt_len + new_tokens + 8, kv_cache_tokens=batch * (prompt_len + new_tokens + 8),
+            max_context=prompt_len + new_tokens + 8,
+            kv_cache_tokens=batch * (prompt_len + new_tokens + 8),
         )
         prompts = [[(7 * b + i) % 1000 + 1 for i in range(prompt_len)] for b in range(batch)]
         llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up

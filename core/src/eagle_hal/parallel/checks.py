@@ -79,7 +79,12 @@ DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
 
 
 def _models(scenario: Scenario, device: torch.device) -> tuple[Any, Any]:
-    from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
+    from eagle_hal.testing.models import (
+        matching_eagle1,
+        near_bigram_target,
+        tiny_eagle1,
+        tiny_target,
+    )
 
     if scenario.target == "near_bigram":
         target = near_bigram_target(seed=5, vocab=scenario.vocab, device=device)
@@ -125,7 +130,8 @@ def _prompt_logits(llm: Any, prompt: Sequence[int]) -> list[list[float]]:
     try:
         runner.table.reserve(row, len(prompt))
         runner.sync_table()
-        batch = runner.causal_batch(ForwardMode.EXTEND, runner.long(list(prompt)), [row], [0], [len(prompt)])
+        batch = runner.causal_batch(ForwardMode.EXTEND, runner.long(list(prompt)), [row], [0],
+                                    [len(prompt)])
         with torch.inference_mode():
             logits = runner.target.compute_logits(runner.run_target(batch).hidden_states)
     finally:
@@ -137,7 +143,8 @@ def _rebind_head(head: Any, target: Any) -> Any:
     """A copy of an EAGLE-1 ``head`` bound to ``target`` (same weights)."""
     from eagle_hal.model.eagle import Eagle1DraftModel
 
-    rebound = Eagle1DraftModel(head.config, target, fc_bias=head.fc.bias is not None, dtype=head.dtype)
+    rebound = Eagle1DraftModel(head.config, target, fc_bias=head.fc.bias is not None,
+                               dtype=head.dtype)
     rebound.load_state_dict(head.state_dict())
     return rebound.eval()
 
@@ -152,13 +159,18 @@ def check_rank(
 
 
 def run_sharded(
-    scenarios: Sequence[Scenario], world_size: int, *, device: str = "cpu", backend: str | None = None
+    scenarios: Sequence[Scenario],
+    world_size: int,
+    *,
+    device: str = "cpu",
+    backend: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``scenarios`` over ``world_size`` spawned ranks; each rank's results, in order."""
     from eagle_hal.parallel.launch import spawn_ranks
 
     with tempfile.TemporaryDirectory(prefix="eagle-hal-tp-check-") as out_dir:
-        spawn_ranks(check_rank, world_size, (tuple(scenarios), out_dir), device=device, backend=backend)
+        spawn_ranks(check_rank, world_size, (tuple(scenarios), out_dir), device=device,
+                    backend=backend)
         return [
             json.loads((Path(out_dir) / f"rank{r}.json").read_text(encoding="utf-8"))
             for r in range(world_size)
@@ -202,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     single = {s.name: run_scenario(s, backend, single_context) for s in DEFAULT_SCENARIOS}
     problems = compare(DEFAULT_SCENARIOS, ranks, single)
     for scenario in DEFAULT_SCENARIOS:
-        print(f"{scenario.name:>12}: {sum(len(t) for t in ranks[0][scenario.name]['tokens'])} tokens")
+        tokens = sum(len(t) for t in ranks[0][scenario.name]["tokens"])
+        print(f"{scenario.name:>12}: {tokens} tokens")
     for problem in problems:
         print(f"FAIL {problem}")
     print(f"tp={args.tp} on {args.device} ({backend.capabilities.distributed_backend}): "

@@ -50,7 +50,9 @@ class ShardSpec:
             raise ValueError("shard and full sizes must be >= 1")
 
     @classmethod
-    def split(cls, dim: int, full_size: int, context: ParallelContext, *, pad: bool = False) -> ShardSpec:
+    def split(
+        cls, dim: int, full_size: int, context: ParallelContext, *, pad: bool = False
+    ) -> ShardSpec:
         """Equal contiguous shards of ``full_size`` (rounded up with zero padding if ``pad``;
         otherwise ``full_size`` must divide, else ``ShardingError``)."""
         world = context.world_size
@@ -92,7 +94,9 @@ class ColumnParallelLinear(nn.Linear):
 
     ``x`` ``[T, in]`` (replicated) -> ``[T, out / world_size]`` (this rank's features)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, context: ParallelContext) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, context: ParallelContext
+    ) -> None:
         self.spec = ShardSpec.split(0, out_features, context)
         super().__init__(in_features, self.spec.shard_size, bias=bias)
 
@@ -108,7 +112,9 @@ class RowParallelLinear(nn.Linear):
 
     ``x`` ``[T, in / world_size]`` (this rank's features) -> ``[T, out]`` (replicated)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, context: ParallelContext) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool, context: ParallelContext
+    ) -> None:
         self.spec = ShardSpec.split(1, in_features, context)
         super().__init__(self.spec.shard_size, out_features, bias=bias)
         self.context = context

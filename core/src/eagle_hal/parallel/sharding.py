@@ -76,9 +76,15 @@ def sharded_llama(
         for layer in model.model.layers:
             attention, mlp = layer.self_attn, layer.mlp
             bias = config.attention_bias
-            attention.q_proj = ColumnParallelLinear(hidden, config.num_heads * head_dim, bias, context)
-            attention.k_proj = ColumnParallelLinear(hidden, config.num_kv_heads * head_dim, bias, context)
-            attention.v_proj = ColumnParallelLinear(hidden, config.num_kv_heads * head_dim, bias, context)
+            attention.q_proj = ColumnParallelLinear(
+                hidden, config.num_heads * head_dim, bias, context
+            )
+            attention.k_proj = ColumnParallelLinear(
+                hidden, config.num_kv_heads * head_dim, bias, context
+            )
+            attention.v_proj = ColumnParallelLinear(
+                hidden, config.num_kv_heads * head_dim, bias, context
+            )
             attention.o_proj = RowParallelLinear(
                 config.num_heads * head_dim, hidden, config.attention_out_bias, context
             )
@@ -119,7 +125,9 @@ def shard_llama(model: LlamaForCausalLM, context: ParallelContext) -> LlamaForCa
     return sharded.eval()
 
 
-def _safetensors_slices(files: list[Path], model: LlamaForCausalLM) -> Iterator[tuple[str, torch.Tensor]]:
+def _safetensors_slices(
+    files: list[Path], model: LlamaForCausalLM
+) -> Iterator[tuple[str, torch.Tensor]]:
     """``(name, this rank's slice)`` read lazily: only the slice's bytes are read."""
     from safetensors import safe_open
 

@@ -39,7 +39,8 @@ class SamplingBatch:
     ) -> SamplingBatch:
         return cls(
             greedy=all(p.greedy for p in params),
-            temperatures=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
+            temperatures=torch.tensor([p.temperature for p in params], dtype=torch.float32,
+                                      device=device),
             top_ks=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
             top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
             seeds=torch.tensor(seeds, dtype=torch.int64, device=device),
@@ -69,7 +70,8 @@ def accept_tree(
             batch = tokens.shape[0]
             accepted = torch.zeros(batch, 1, dtype=torch.int64, device=tokens.device)
             return AcceptResult(accepted, accepted[:, 0] + 1, predict[:, 0])
-        return ops.verify_greedy(tokens, retrieve_next_token, retrieve_next_sibling, predict, num_steps)
+        return ops.verify_greedy(tokens, retrieve_next_token, retrieve_next_sibling, predict,
+                                 num_steps)
     batch, nodes = tokens.shape
     probs = ops.target_probs(
         logits, vocab_size, sampling.temperatures, sampling.top_ks, sampling.top_ps

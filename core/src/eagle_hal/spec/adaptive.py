@@ -90,7 +90,8 @@ class AdaptiveController:
         if not 0.0 < ema < 1.0:
             raise ValueError(f"ema must lie in (0, 1), got {ema}")
         if accept_memory < 1 or not 0.0 < regime_ratio < 1.0 or regime_samples < 1:
-            raise ValueError("accept_memory and regime_samples must be >= 1, regime_ratio in (0, 1)")
+            raise ValueError("accept_memory and regime_samples must be >= 1, "
+                             "regime_ratio in (0, 1)")
         if warmup_iterations < 1 or probe_interval < 1 or probe_iterations < 1:
             raise ValueError("warmup_iterations, probe_interval and probe_iterations must be >= 1")
         self.candidates = tuple(sorted(set(candidates)))

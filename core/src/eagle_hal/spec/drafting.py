@@ -55,7 +55,7 @@ class DraftStates:
         keep = [True] * len(request_ids) if kept is None else list(kept)
         # a batch with rows dropped no longer describes anyone's state as a batch
         self._batch = (tuple(request_ids), state) if all(keep) else None
-        for row, (request_id, k) in enumerate(zip(request_ids, keep)):
+        for row, (request_id, k) in enumerate(zip(request_ids, keep, strict=True)):
             if k:
                 self._rows[request_id] = (state, row)
 
@@ -114,7 +114,9 @@ def draft_tree(
     step: TreeStep = ops.grow_tree_step(probs, ids, None)
     tree_steps = [step]
     parents = [step.parent_branches]
-    frontier_hidden = root_hidden[:, None, :].expand(batch, topk, hidden_size).reshape(-1, hidden_size)
+    frontier_hidden = root_hidden[:, None, :].expand(batch, topk, hidden_size).reshape(
+        -1, hidden_size
+    )
     batch_index = torch.arange(batch, device=runner.device)[:, None]
     for depth_index in range(steps - 1):  # run the frontier of depth depth_index + 1
         kv_slots = ops.draft_kv_slots(scratch, parents, depth_index)  # [B * K, depth_index + 1]

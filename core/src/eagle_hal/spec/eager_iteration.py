@@ -44,7 +44,7 @@ def decode_eager(worker: EagleWorker, requests: Sequence[Request], steps: int, s
     rows = [worker._row(r) for r in requests]
     seq_lens = [r.cached_len for r in requests]
     reserve = max(num_nodes, steps * topk)
-    for row, seq_len in zip(rows, seq_lens):
+    for row, seq_len in zip(rows, seq_lens, strict=True):
         runner.table.reserve(row, seq_len + reserve)
     # Everything the iteration needs from the host, in one copy: the reserved block's
     # slots (verify nodes and draft scratch share it), the draft steps' positions and
@@ -104,10 +104,10 @@ def decode_eager(worker: EagleWorker, requests: Sequence[Request], steps: int, s
          result.accepted_nodes.long(), tree.tokens.long()], dim=1,
     ).tolist()  # [B, 2 + W + N]
     accept_lens = [row[0] for row in readback]
-    paths = [row[2 : 2 + n] for row, n in zip(readback, accept_lens)]  # accepted nodes
+    paths = [row[2 : 2 + n] for row, n in zip(readback, accept_lens, strict=True)]  # accepted nodes
     emitted = [
         [row[2 + width + node] for node in path[1:]] + [row[1]]
-        for row, path in zip(readback, paths)
+        for row, path in zip(readback, paths, strict=True)
     ]
     moves = [
         (host_slots[b * reserve + node], host_slots[b * reserve + j])
@@ -120,10 +120,10 @@ def decode_eager(worker: EagleWorker, requests: Sequence[Request], steps: int, s
             [m[0] for m in moves], [m[1] for m in moves], hidden_rows
         )
         runner.target_kv.move_kv(sources, destinations)
-    for request, seq_len, n in zip(requests, seq_lens, accept_lens):
+    for request, seq_len, n in zip(requests, seq_lens, accept_lens, strict=True):
         request.cached_len = seq_len + n  # the root and n - 1 accepted drafts
     # in reverse, so that the next iteration's reserves get the same slots back (LIFO)
-    for request, row in reversed(list(zip(requests, rows))):
+    for request, row in reversed(list(zip(requests, rows, strict=True))):
         runner.table.truncate(row, request.cached_len)
     t_accept = worker._tick(t_verify)
     

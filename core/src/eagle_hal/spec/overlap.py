@@ -104,7 +104,7 @@ def discard_in_flight(worker: EagleWorker) -> None:
     worker._in_flight = None
     table = worker.runner.table
     sources = in_flight.source_of(in_flight.requests)
-    for request, source in zip(in_flight.requests, sources):
+    for request, source in zip(in_flight.requests, sources, strict=False):
         if source is not None:
             request.cached_len -= 1
             table.truncate(request.table_row, request.cached_len)
@@ -123,7 +123,8 @@ def drain(worker: EagleWorker) -> list[tuple[Request, int]]:
     values = in_flight.read()
     if in_flight.features is not None:
         _record_for_catch_up(worker, in_flight, in_flight.requests, sources, values)
-    return [(r, values[s]) for r, s in zip(in_flight.requests, sources) if s is not None]
+    return [(r, values[s]) for r, s in zip(in_flight.requests, sources, strict=False)
+            if s is not None]
 
 
 def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]]:
@@ -135,13 +136,13 @@ def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[
     batch_size = len(requests)
     rows = [worker._row(r) for r in requests]
     seq_lens = [r.cached_len for r in requests]
-    for row, seq_len in zip(rows, seq_lens):
+    for row, seq_len in zip(rows, seq_lens, strict=False):
         runner.table.reserve(row, seq_len + 1)
     sources = previous.source_of(requests) if previous is not None else [None] * batch_size
     carried = [s is not None for s in sources]
     # a request's root is the previous iteration's token when it has one there, else the
     # host's last token (just prefilled, or its in-flight token was dropped)
-    host_roots = [0 if c else r.output_ids[-1] for r, c in zip(requests, carried)]
+    host_roots = [0 if c else r.output_ids[-1] for r, c in zip(requests, carried, strict=False)]
     rows_t, seq_t, roots_t, slots_t, nodes_t, rows_in_previous, carried_t = (
         runner.upload_with_table(
             rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1),
@@ -174,17 +175,18 @@ def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[
             tree.retrieve_next_sibling, 0, sampling, 2 * seq_t,
         )
         tokens = result.bonus_tokens.long().view(batch_size)
-    on_device = runner.device.type != "cpu"
+    on_device = runner.asynchronous
     host = torch.empty(batch_size, dtype=torch.int64, pin_memory=on_device)
     host.copy_(tokens, non_blocking=on_device)
     ready = None
     if on_device:
         ready = torch.Event(device=runner.device)
         ready.record()
-    for request, seq_len in zip(requests, seq_lens):
+    for request, seq_len in zip(requests, seq_lens, strict=False):
         request.cached_len = seq_len + 1
     # by the time this iteration is read back, the engine holds the previous one's tokens
-    expected = [(r.cached_len, len(r.output_ids) + c) for r, c in zip(requests, carried)]
+    expected = [(r.cached_len, len(r.output_ids) + c)
+                for r, c in zip(requests, carried, strict=False)]
     features = runner.draft.project_target_features(out) if worker.has_draft else None
     worker._in_flight = InFlight(
         list(requests), expected, tokens, host, ready, seq_lens, features
@@ -209,12 +211,12 @@ def _record_for_catch_up(
     """Log the read-back iteration's tokens and features for the draft (``spec.catchup``),
     as an iteration at S = 0 without overlap logs its own."""
     assert previous.features is not None and previous.draft_lens is not None
-    taken = [(r.request_id, s) for r, s in zip(requests, sources) if s is not None]
+    taken = [(r.request_id, s) for r, s in zip(requests, sources, strict=False) if s is not None]
     rows = [s for _, s in taken]
     features = previous.features
     if rows != list(range(features.shape[0])):
         index = torch.tensor(rows, dtype=torch.int64)
-        if features.device.type != "cpu":  # pinned: a pageable copy would wait for the device
+        if worker.runner.asynchronous:  # pinned: a pageable copy would wait for the device
             index = index.pin_memory()
         index = index.to(features.device, non_blocking=True)
         features = features.index_select(0, index)  # [B', H]

@@ -76,7 +76,7 @@ def start_inputs(
     fresh = worker.draft_states(newcomers)
     state = DraftState(*(
         carried.index_select(0, index).index_copy(0, at, new.to(carried.dtype))
-        for carried, new in zip(flight.state_next, fresh)
+        for carried, new in zip(flight.state_next, fresh, strict=True)
     ))
     return (rows_t, seq_t, roots, nodes_t, branches_t, width_t), state
 
@@ -85,7 +85,7 @@ def fits(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
     """Whether every row could grow to its length: within the context and the free pages."""
     if any(n > table.max_context for n in lengths):
         return False
-    grow = [(row, n) for row, n in zip(rows, lengths) if n > table.length(row)]
+    grow = [(row, n) for row, n in zip(rows, lengths, strict=True) if n > table.length(row)]
     return sum(table.pages_needed(row, n) for row, n in grow) <= table.allocator.num_free_pages
 
 
@@ -93,7 +93,7 @@ def reserve(table: Any, rows: Sequence[int], lengths: Sequence[int]) -> bool:
     """Grow each row to at least its length if the context and the free pages allow."""
     if not fits(table, rows, lengths):
         return False
-    for row, n in zip(rows, lengths):
+    for row, n in zip(rows, lengths, strict=True):
         if n > table.length(row):
             table.reserve(row, n)
     return True

@@ -69,15 +69,16 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.iteration_graph import accept_and_extend
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import TreeShape
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree
-from eagle_hal.spec.overlap_rows import JOINED, fits, reserve as reserve_rows, start_inputs
+from eagle_hal.spec.overlap_rows import JOINED, fits, start_inputs
+from eagle_hal.spec.overlap_rows import reserve as reserve_rows
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.spec.worker import EagleWorker
@@ -180,20 +181,20 @@ def finish(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]] 
     wanted = {id(r) for r in requests}
     keep = [
         id(r) in wanted and r.table_row is not None and not r.finished and r.cached_len == e
-        for r, e in zip(flight.requests, flight.expected)
+        for r, e in zip(flight.requests, flight.expected, strict=False)
     ]
     if not any(keep):
         discard(worker)
         return None
     worker._spec_flight = None
     table = worker.runner.table
-    for request, kept in zip(reversed(flight.requests), reversed(keep)):
+    for request, kept in zip(reversed(flight.requests), reversed(keep), strict=False):
         row = request.table_row
         if not kept and row is not None and not request.finished:
             if table.length(row) > request.cached_len:
                 table.truncate(row, request.cached_len)
     emitted = _apply(worker, flight, 0, keep)
-    by_request = {id(r): e for r, e, k in zip(flight.requests, emitted, keep) if k}
+    by_request = {id(r): e for r, e, k in zip(flight.requests, emitted, keep, strict=False) if k}
     return [by_request.get(id(r), []) for r in requests]
 
 
@@ -202,7 +203,8 @@ def decode_speculative_overlapped(
 ) -> list[list[int]] | None:
     """One speculative iteration at depth ``steps`` for ``requests``, launched before the
     previous one is read back; returns the previous iteration's emitted tokens (``[]``
-    for a request that starts a new chain: all of them, or one that joined), or ``None`` when the KV cache or the context
+    for a request that starts a new chain: all of them, or one that joined), or ``None`` when
+    the KV cache or the context
     cannot hold the extra reservation (the caller then decodes without overlap)."""
     runner = worker.runner
     flight: SpecInFlight | None = worker._spec_flight
@@ -219,18 +221,18 @@ def decode_speculative_overlapped(
     joined = [not carried or rows_in_flight[i] == JOINED for i in range(len(requests))]
     # the most each request can have advanced on the device: the iteration in flight may
     # accept up to S drafts and its bonus
-    bounds = [r.cached_len + (0 if j else width) for r, j in zip(requests, joined)]
+    bounds = [r.cached_len + (0 if j else width) for r, j in zip(requests, joined, strict=False)]
     # a chain starts only where its next, carried launch will fit too: otherwise the calls
     # would alternate between launching a chain and dropping it (carried, the bounds
     # already are those lengths)
-    needed = [b + (width if j else 0) + reserve for b, j in zip(bounds, joined)]
+    needed = [b + (width if j else 0) + reserve for b, j in zip(bounds, joined, strict=False)]
     if not fits(runner.table, rows, needed) or not reserve_rows(
         runner.table, rows, [b + reserve for b in bounds]
     ):
         discard(worker)
         return None
     if any(joined):  # the draft first consumes what it missed at S = 0 (adaptive mode)
-        worker.catch_up_timed([r for r, j in zip(requests, joined) if j])
+        worker.catch_up_timed([r for r, j in zip(requests, joined, strict=False) if j])
     sampling = worker._sampling(requests)  # built before the launch: it copies to the device
     device, state = start_inputs(
         worker, flight, requests, rows_in_flight, (rows, num_nodes, topk, width)
@@ -328,7 +330,7 @@ def _in_flight(
     """The launched iteration, its packed results on their way to the host; ``outputs``
     as ``accept_and_extend`` returns them."""
     packed, seq_next, bonus, probs, ids, last = outputs
-    on_device = runner.device.type != "cpu"
+    on_device = runner.asynchronous
     host = torch.empty(packed.shape, dtype=torch.int64, pin_memory=on_device)
     host.copy_(packed, non_blocking=on_device)
     ready = None
@@ -350,7 +352,7 @@ def _apply(
     width = flight.width
     kept = list(keep) if keep is not None else [True] * len(flight.requests)
     emitted = []
-    for request, packed, k in zip(flight.requests, flight.read(), kept):
+    for request, packed, k in zip(flight.requests, flight.read(), kept, strict=False):
         if not k:
             emitted.append([])
             continue
@@ -360,7 +362,7 @@ def _apply(
         emitted.append([tokens[node] for node in path[1:]] + [bonus])
         request.cached_len += accepted
     # in reverse, as the worker truncates: the next reserves get the same slots back
-    for request, k in zip(reversed(flight.requests), reversed(kept)):
+    for request, k in zip(reversed(flight.requests), reversed(kept), strict=False):
         if not k:
             continue
         assert request.table_row is not None

@@ -46,12 +46,12 @@ from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.engine.scheduler import Scheduler
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import SamplingOps
+from eagle_hal.spec import speculative_overlap
 from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
 from eagle_hal.spec.adaptive import AdaptiveController
 from eagle_hal.spec.catchup import CatchUpTotals, PendingDraftInputs
 from eagle_hal.spec.config import SpecConfig
 from eagle_hal.spec.drafting import DraftState, DraftStates, single_node_tree
-from eagle_hal.spec import speculative_overlap
 from eagle_hal.spec.eager_iteration import decode_eager
 from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight, drain
 from eagle_hal.spec.reports import ControllerReports
@@ -112,7 +112,7 @@ class EagleWorker:
         # plain decoding launches each iteration before reading back the previous one
         # (spec.overlap); on by default where the device runs asynchronously to the host
         if overlap is None:
-            overlap = runner.device.type != "cpu"
+            overlap = runner.asynchronous
         self.overlap = overlap and runner.parallel.world_size == 1
         self._in_flight: InFlight | None = None
         self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
@@ -167,7 +167,7 @@ class EagleWorker:
             if finished is None:
                 return []
             self.reports.read_back(finished)
-            return [(r, tokens) for r, tokens in zip(requests, finished) if tokens]
+            return [(r, tokens) for r, tokens in zip(requests, finished, strict=False) if tokens]
         return [(request, [token]) for request, token in drain(self)]
 
     def release(self, request: Request) -> None:
@@ -204,7 +204,7 @@ class EagleWorker:
         contexts = [Scheduler.context_ids(r) for r in requests]
         lengths = [len(c) for c in contexts]
         rows = [self._row(r) for r in requests]
-        for row, length in zip(rows, lengths):
+        for row, length in zip(rows, lengths, strict=False):
             runner.table.reserve(row, length)
         runner.sync_table()
         batch = runner.causal_batch(
@@ -222,13 +222,15 @@ class EagleWorker:
             tree.retrieve_next_sibling, 0, self._sampling(requests), counters,
         )
         sampled = result.bonus_tokens.tolist()
-        roots = [s if f else r.output_ids[-1] for s, f, r in zip(sampled, fresh, requests)]
-        for request, length in zip(requests, lengths):
+        roots = [s if f else r.output_ids[-1]
+                 for s, f, r in zip(sampled, fresh, requests, strict=False)]
+        for request, length in zip(requests, lengths, strict=False):
             request.cached_len = length
         if self.has_draft:
             for request in requests:  # a resumed request's draft starts over with its KV
                 self._pending.drop(request.request_id)
-            draft_ids = [t for c, root in zip(contexts, roots) for t in c[1:] + [root]]
+            draft_ids = [t for c, root in zip(contexts, roots, strict=False)
+                         for t in c[1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
             # as the target's prefill, no graph per prompt length (one would be captured
             # for nearly every request and replayed almost never): a token bucket's graph
@@ -236,7 +238,7 @@ class EagleWorker:
             self._draft_extend(
                 requests, rows, draft_ids, features, [0] * len(rows), lengths, prefill=True
             )
-        return [[root] if f else [] for root, f in zip(roots, fresh)]
+        return [[root] if f else [] for root, f in zip(roots, fresh, strict=False)]
 
     @torch.inference_mode()
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
@@ -301,7 +303,8 @@ class EagleWorker:
             return False
         by_id = {r.request_id: r for r in requests}
         lagging = [by_id[i] for i in pending.request_ids]
-        for request, start, count in zip(lagging, pending.draft_lens, pending.extend_lens):
+        for request, start, count in zip(lagging, pending.draft_lens, pending.extend_lens,
+                                         strict=False):
             if start + count != request.cached_len:
                 raise RuntimeError(
                     f"request {request.request_id}: the draft lags from {start} by {count} "
@@ -347,7 +350,8 @@ class EagleWorker:
         """Run the draft over new tokens and keep the batch's last top-K and hidden
         (``prefill``: lengths that vary from call to call, see ``ModelRunner.run_draft``)."""
         runner = self.runner
-        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens, extend_lens)
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens,
+                                    extend_lens)
         hidden_in = features.to(runner.dtype)
         hidden_out = runner.run_draft(batch, hidden_in, prefill=prefill)  # [T, H]
         if all(n == extend_lens[0] for n in extend_lens):

@@ -16,8 +16,14 @@ from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.eagle import Eagle1DraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
 
-
-__all__ = ["matching_eagle1", "near_bigram_target", "randomize", "tiny_config", "tiny_eagle1", "tiny_target"]
+__all__ = [
+    "matching_eagle1",
+    "near_bigram_target",
+    "randomize",
+    "tiny_config",
+    "tiny_eagle1",
+    "tiny_target",
+]
 
 
 def tiny_config(vocab: int = 97, layers: int = 2, eos: tuple[int, ...] = ()) -> ModelConfig:
@@ -40,7 +46,11 @@ def randomize(module: torch.nn.Module, seed: int, scale: float = 0.3) -> None:
 
 
 def tiny_target(
-    seed: int = 0, vocab: int = 97, layers: int = 2, eos: tuple[int, ...] = (), device: str | torch.device = "cpu"
+    seed: int = 0,
+    vocab: int = 97,
+    layers: int = 2,
+    eos: tuple[int, ...] = (),
+    device: str | torch.device = "cpu",
 ) -> LlamaForCausalLM:
     model = LlamaForCausalLM(tiny_config(vocab, layers, eos), dtype=torch.float32, device=device)
     randomize(model, seed, scale=0.5)
@@ -77,7 +87,9 @@ def near_bigram_target(
     return model
 
 
-def matching_eagle1(target: LlamaForCausalLM, noise: float = 0.0, seed: int = 3) -> Eagle1DraftModel:
+def matching_eagle1(
+    target: LlamaForCausalLM, noise: float = 0.0, seed: int = 3
+) -> Eagle1DraftModel:
     """An EAGLE-1 head that passes the token embedding straight to the target's lm_head:
     with ``noise == 0`` it predicts a near-bigram target's greedy choice almost always."""
     head = tiny_eagle1(target, seed)
@@ -91,5 +103,7 @@ def matching_eagle1(target: LlamaForCausalLM, noise: float = 0.0, seed: int = 3)
         layer.mlp.down_proj.weight.zero_()
         if noise:
             gen = torch.Generator().manual_seed(seed)
-            head.fc.weight.add_(noise * torch.randn(head.fc.weight.shape, generator=gen).to(head.fc.weight.device))
+            head.fc.weight.add_(
+                noise * torch.randn(head.fc.weight.shape, generator=gen).to(head.fc.weight.device)
+            )
     return head

@@ -215,7 +215,7 @@ def unrolled_loss(
         weight * (cross_entropy_weight * entropy)
         if regression_weight is None
         else weight * (regression_weight * regression + cross_entropy_weight * entropy)
-        for weight, regression, entropy in zip(step_weights, regressions, entropies)
+        for weight, regression, entropy in zip(step_weights, regressions, entropies, strict=True)
     ]
     total = terms[0]
     for term in terms[1:]:

@@ -50,14 +50,16 @@ BROAD_PROMPT_OPENERS: tuple[str, ...] = (
     "",
     "",
     # writing
-    "Write a", "Compose", "Write a short story about", "Write a poem about", "Write a blog post about",
-    "Write an email to", "Write a letter to", "Write a speech", "Write a product description for",
+    "Write a", "Compose", "Write a short story about", "Write a poem about",
+    "Write a blog post about", "Write an email to", "Write a letter to", "Write a speech",
+    "Write a product description for",
     "Write a dialogue between", "Write a persuasive paragraph", "Write a haiku",
     "Write a news article", "Write a review of", "Write a cover letter", "Draft a", "Compose a",
     "Create a slogan for",
     # explanation
-    "Explain", "Describe", "What are the", "Explain why", "Explain how", "Explain the concept of", "Explain to a child", "Why do",
-    "Why is the", "How does", "How do", "What is the difference between", "What is",
+    "Explain", "Describe", "What are the", "Explain why", "Explain how", "Explain the concept of",
+    "Explain to a child", "Why do", "Why is the", "How does", "How do",
+    "What is the difference between", "What is",
     "What causes", "Describe the history of", "Describe how", "Describe a",
     # advice and planning
     "How can I", "Can you help me", "Give me advice on", "Give me tips for", "Create a plan for",

@@ -14,8 +14,8 @@ No external data set is read and no benchmark prompt is ever seen. For each prom
 
 Both phases run on the engine with plain decoding (no draft head), many requests at once;
 an answer is queued the moment its prompt is written, so the batch stays full. Empty and
-duplicate prompts (and prompts that are the opener alone) are dropped. Every ``round(1 / validation_fraction)``-th prompt is held
-out for validation.
+duplicate prompts (and prompts that are the opener alone) are dropped. Every
+``round(1 / validation_fraction)``-th prompt is held out for validation.
 """
 
 from __future__ import annotations

@@ -51,24 +51,26 @@ def test_attention_backend_is_the_reference(cpu_backend):
     assert attention.config is config
 
 
-def test_model_kernels_are_the_reference_but_the_logits(cpu_backend, monkeypatch):
+def test_model_kernels_are_the_reference_but_the_logits(cpu_backend):
     """The CPU keeps the pure-torch model kernels (Triton does not run on it) but for its
     GEMMs (the fused projections of small forwards, the lm_head product);
-    EAGLE_HAL_CPU_GEMM=torch keeps F.linear there, a typo is refused."""
+    ``cpu_model_kernels(gemm="torch")`` keeps F.linear there, a typo is refused."""
     import dataclasses
 
-    from eagle_hal.backends.cpu.kernels import CPU_FUSED_LINEAR, transposed_product
+    from eagle_hal.backends.cpu.kernels import (
+        CPU_FUSED_LINEAR,
+        cpu_model_kernels,
+        transposed_product,
+    )
     from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
     kernels = cpu_backend.model_kernels()
     assert kernels.logits is transposed_product and kernels.fused_linear is CPU_FUSED_LINEAR
     assert dataclasses.replace(kernels, name="reference", logits=None,
                                fused_linear=None) == REFERENCE_MODEL_KERNELS
-    monkeypatch.setenv("EAGLE_HAL_CPU_GEMM", "torch")
-    assert cpu_backend.model_kernels() is REFERENCE_MODEL_KERNELS
-    monkeypatch.setenv("EAGLE_HAL_CPU_GEMM", "trasnposed")
-    with pytest.raises(ValueError, match="EAGLE_HAL_CPU_GEMM"):
-        cpu_backend.model_kernels()
+    assert cpu_model_kernels(gemm="torch") is REFERENCE_MODEL_KERNELS
+    with pytest.raises(ValueError, match="trasnposed"):
+        cpu_model_kernels(gemm="trasnposed")
 
 
 @pytest.mark.parametrize("rows", [1, 2, 7, 16, 40])

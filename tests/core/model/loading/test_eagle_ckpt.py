@@ -7,8 +7,6 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel
 from eagle_hal.model.errors import (
@@ -25,6 +23,7 @@ from eagle_hal.model.loading.eagle_ckpt import (
     save_eagle3,
 )
 from eagle_hal.model.loading.hf import load_hf_model
+from safetensors.torch import load_file, save_file
 
 
 @pytest.fixture

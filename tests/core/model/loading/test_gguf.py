@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.model.errors import ModelFileNotFound
 from eagle_hal.model.loading import Tokenizer, default_model_path, load_target

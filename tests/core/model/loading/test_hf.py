@@ -8,8 +8,6 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-
 from eagle_hal.model.errors import (
     MissingTensorsError,
     ModelFileNotFound,
@@ -20,6 +18,7 @@ from eagle_hal.model.errors import (
 )
 from eagle_hal.model.loading import load_target
 from eagle_hal.model.loading.hf import load_hf_model
+from safetensors.torch import load_file, save_file
 
 ATOL = 1e-4
 WORDS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "hello", "world", "user", "assistant",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tokenizers import Tokenizer as Backend
-from tokenizers import decoders, models, pre_tokenizers
-
 from eagle_hal.model.errors import ModelLoadError
 from eagle_hal.model.loading.tokenizer import Tokenizer
+from tokenizers import Tokenizer as Backend
+from tokenizers import decoders, models, pre_tokenizers
 
 
 def byte_tokenizer() -> Tokenizer:

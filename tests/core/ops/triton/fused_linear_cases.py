@@ -38,6 +38,18 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
         torch.testing.assert_close(actual.float(), expected.float(), atol=3e-2, rtol=2**-5)
 
 
+def assert_same_rows(alone: torch.Tensor, in_batch: torch.Tensor) -> None:
+    """A row's outputs alone equal its outputs inside a batch. Compiled, bit for bit: the
+    kernels keep one summation order for every row count that shares a launch. Interpreted,
+    ``tl.dot`` is NumPy's matmul, and the host BLAS may sum a one-row block in another order
+    than a many-row one (OpenBLAS picks its kernel by shape and CPU): there the rows agree to
+    float32 rounding, and bfloat16 outputs (rounded after a float32 dot) still bit for bit."""
+    if INTERPRETED and alone.dtype == torch.float32:
+        torch.testing.assert_close(alone, in_batch, atol=1e-4, rtol=1e-5)
+    else:
+        assert torch.equal(alone, in_batch)
+
+
 def randn(*shape: int, dtype: torch.dtype, seed: int, scale: float = 1.0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return (scale * torch.randn(shape, generator=generator)).to(device=DEVICE, dtype=dtype)

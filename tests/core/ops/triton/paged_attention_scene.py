@@ -62,7 +62,7 @@ class Scene:
         """Rows of new requests with the given table lengths, grown in turns."""
         rows = [self.table.add_request() for _ in lengths]
         for step in range(1, max(lengths) + 1):
-            for row, length in zip(rows, lengths):
+            for row, length in zip(rows, lengths, strict=True):
                 if step <= length:
                     self.table.reserve(row, step)
         self.device_table.sync()
@@ -109,10 +109,10 @@ class Scene:
 def causal_case(scene: Scene, prefix_lens: list[int], extend_lens: list[int]):
     """Requests with cached prefixes and new tokens: the kernel's inputs and the oracle's
     visible slots (each new token sees its prefix and the request's new tokens up to itself)."""
-    rows = scene.add_requests([p + n for p, n in zip(prefix_lens, extend_lens)])
+    rows = scene.add_requests([p + n for p, n in zip(prefix_lens, extend_lens, strict=True)])
     out_cache_loc, token_request, own_base, own_len, visible = [], [], [], [], []
     start = 0
-    for request, (row, p, n) in enumerate(zip(rows, prefix_lens, extend_lens)):
+    for request, (row, p, n) in enumerate(zip(rows, prefix_lens, extend_lens, strict=True)):
         out_cache_loc += scene.slots(row, p, p + n)
         for i in range(n):
             token_request.append(request)

@@ -78,7 +78,7 @@ def test_target_verify_tree_mask(page_size, num_splits):
     rows = scene.add_requests([p + n for p in prefix])
     mask = random_tree_mask(scene.gen, len(rows), n)
     out_cache_loc, token_request, own_base, own_len, visible = [], [], [], [], []
-    for b, (row, p) in enumerate(zip(rows, prefix)):
+    for b, (row, p) in enumerate(zip(rows, prefix, strict=False)):
         tree_slots = scene.slots(row, p, p + n)
         out_cache_loc += tree_slots
         for i in range(n):
@@ -103,7 +103,7 @@ def test_draft_decode_ancestors(page_size, depth):
     rows = scene.add_requests([p + branches * depth for p in prefix])
     out_cache_loc, ancestor_slots, token_request, own_base, own_len = [], [], [], [], []
     visible = []
-    for b, (row, p) in enumerate(zip(rows, prefix)):
+    for b, (row, p) in enumerate(zip(rows, prefix, strict=False)):
         scratch = scene.slots(row, p, p + branches * depth)
         order = torch.randperm(len(scratch), generator=scene.gen).tolist()
         for branch in range(branches):
@@ -139,7 +139,7 @@ def test_writes_kv_at_out_cache_loc_only(order):
     others = torch.ones(scene.store.num_slots, dtype=torch.bool)
     others[plan["out_cache_loc"]] = False
     index = others.nonzero().squeeze(1).to(scene.dev)
-    for old, new in zip(before, (scene.store.k_buffer(0), scene.store.v_buffer(0))):
+    for old, new in zip(before, (scene.store.k_buffer(0), scene.store.v_buffer(0)), strict=False):
         assert torch.equal(new.index_select(slot_axis, index), old.index_select(slot_axis, index))
 
 

@@ -80,8 +80,8 @@ class Pair:
 
 def causal_args(pair: Pair, mode, rows, prefix, extend) -> dict:
     """New tokens at table positions prefix .. prefix + extend of each row."""
-    positions = [p + i for p, n in zip(prefix, extend) for i in range(n)]
-    row_of_token = [r for r, n in zip(rows, extend) for _ in range(n)]
+    positions = [p + i for p, n in zip(prefix, extend, strict=False) for i in range(n)]
+    row_of_token = [r for r, n in zip(rows, extend, strict=False) for _ in range(n)]
     out_cache_loc = pair.table[pair.long(row_of_token), pair.long(positions)]
     return dict(mode=mode, input_ids=pair.long([0] * len(positions)),
                 positions=pair.long(positions), req_pool_indices=pair.long(rows),
@@ -162,7 +162,7 @@ def test_draft_decode_branches(depth):
     tokens = 2 * branches
     # scratch slots past each prefix, shuffled; every branch row gets distinct slots, so no
     # two tokens write one slot (duplicate writes have no defined winner on a GPU)
-    scratch = [pair.table[r, p : p + branches * depth] for r, p in zip(rows, prefix)]
+    scratch = [pair.table[r, p : p + branches * depth] for r, p in zip(rows, prefix, strict=False)]
     kv_slots = torch.cat([
         s[torch.randperm(branches * depth, generator=pair.gen).to(s.device)].view(branches, depth)
         for s in scratch

@@ -19,14 +19,13 @@ of the row was slower still). So the CPU backend supplies the reference kernels 
 ``FusedLinearKernels`` (forwards of at most ``MAX_ROWS`` rows: the projections run
 transposed between the reference's norm, rotary and gate, which is what the layers' fused
 path calls) and ``logits`` (the ``lm_head`` products). Float32 only: other dtypes take
-``F.linear`` inside the same kernels. ``EAGLE_HAL_CPU_GEMM=torch`` switches both off (for
-A/B runs).
+``F.linear`` inside the same kernels. ``cpu_model_kernels(gemm="torch")`` switches both
+off (to compare the two end to end: ``LLM(model_kernels=...)``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 import torch.nn.functional as F
@@ -113,13 +112,12 @@ CPU_FUSED_LINEAR = FusedLinearKernels(
 )
 
 
-def cpu_model_kernels() -> ModelKernels:
+def cpu_model_kernels(gemm: str = "transposed") -> ModelKernels:
     """The reference kernels with the transposed GEMMs (``CPU_FUSED_LINEAR`` and
-    ``logits``), unless ``EAGLE_HAL_CPU_GEMM`` is ``torch``."""
-    setting = os.environ.get("EAGLE_HAL_CPU_GEMM", "").strip().lower()
-    if setting == "torch":
+    ``logits``); ``gemm="torch"``: the reference kernels alone (``F.linear`` everywhere)."""
+    if gemm == "torch":
         return reference.REFERENCE_MODEL_KERNELS
-    if setting not in ("", "transposed"):
-        raise ValueError(f"EAGLE_HAL_CPU_GEMM={setting!r}: expected 'transposed' or 'torch'")
+    if gemm != "transposed":
+        raise ValueError(f"gemm={gemm!r}: expected 'transposed' or 'torch'")
     return dataclasses.replace(reference.REFERENCE_MODEL_KERNELS, name="cpu",
                                fused_linear=CPU_FUSED_LINEAR, logits=transposed_product)

@@ -17,6 +17,7 @@ __all__ = ["CAPABILITIES", "DESCRIPTOR", "eagle_hal_backends", "probe"]
 
 CAPABILITIES = Capabilities(
     graph_capture=False,
+    asynchronous=False,  # torch's CPU ops finish before they return
     dtypes=("float32", "bfloat16"),
     tree_mask_modes=TreeMaskMode.ALL,
     page_sizes=(),

@@ -31,7 +31,8 @@ VARIANTS = [
     pytest.param((ForwardMode.DRAFT_EXTEND, None), id="draft_extend"),
     pytest.param((ForwardMode.DRAFT_DECODE, None), id="draft_decode"),
     *[
-        pytest.param((ForwardMode.TARGET_VERIFY, m), marks=requires(f"tree_mask:{m}"), id=f"target_verify-{m}")
+        pytest.param((ForwardMode.TARGET_VERIFY, m), marks=requires(f"tree_mask:{m}"),
+                     id=f"target_verify-{m}")
         for m in TreeMaskMode.ALL
     ],
 ]
@@ -73,15 +74,19 @@ def build_case(scene: PagedScene, mode: ForwardMode, mask_mode: str | None,
                     j = int(parents[b, j])
                 visible.append(scene.table[row, :p].tolist() + sorted(chain))
         mask = encode_tree_mask(parents, prefix_lens, mask_mode)
-        return scene.forward_batch(mode, rows, prefix_lens, [NODES] * 3, out, tree_mask=mask), visible
+        batch = scene.forward_batch(mode, rows, prefix_lens, [NODES] * 3, out, tree_mask=mask)
+        return batch, visible
     # DRAFT_DECODE: each branch row sees its prefix, its ancestors' scratch slots, itself.
     pool = scene.scratch_slots(len(rows) * BRANCHES * DEPTH)
     ancestors, own = pool[: -len(rows) * BRANCHES], pool[-len(rows) * BRANCHES :]
     for layer in range(scene.geometry.num_layers):
         scene.write(layer, ancestors, *scene.random_kv(len(ancestors)))
-    picks = torch.randint(0, len(ancestors), (len(rows) * BRANCHES, DEPTH - 1), generator=scene.gen)
-    kv_slots = torch.tensor([[ancestors[int(i)] for i in r] + [own[n]] for n, r in enumerate(picks)])
-    visible = [scene.table[rows[r // BRANCHES], : prefix_lens[r // BRANCHES]].tolist() + kv_slots[r].tolist()
+    picks = torch.randint(0, len(ancestors), (len(rows) * BRANCHES, DEPTH - 1),
+                          generator=scene.gen)
+    kv_slots = torch.tensor([[ancestors[int(i)] for i in r] + [own[n]]
+                             for n, r in enumerate(picks)])
+    visible = [scene.table[rows[r // BRANCHES], : prefix_lens[r // BRANCHES]].tolist()
+               + kv_slots[r].tolist()
                for r in range(len(own))]
     batch = scene.forward_batch(mode, rows, prefix_lens, [BRANCHES] * 3, own,
                                 draft_kv_slots=kv_slots, num_branches=BRANCHES)
@@ -112,13 +117,15 @@ def test_forward(backend: Backend, tolerance: Any, variant: tuple[ForwardMode, s
                  page_size: int, dtype: str) -> None:
     """One forward of ``variant``'s mode equals the dense oracle for every query token."""
     mode, mask_mode = variant
-    scene = PagedScene(backend, page_size, dtype, seed=zlib.crc32(f"{mode.value}{mask_mode}{page_size}".encode()))
+    scene = PagedScene(backend, page_size, dtype,
+                       seed=zlib.crc32(f"{mode.value}{mask_mode}{page_size}".encode()))
     attention = scene.attention()
     if mask_mode is not None:
         attention.tree_mask_mode = mask_mode
     batch, visible = build_case(scene, mode, mask_mode)
     q, out = run_forward(scene, attention, batch)
     expected = scene.dense_attention(LAYER, q, visible)
-    where = f"attention {mode.value}{f'[{mask_mode}]' if mask_mode else ''} page_size={page_size} {dtype}"
+    where = (f"attention {mode.value}{f'[{mask_mode}]' if mask_mode else ''} "
+             f"page_size={page_size} {dtype}")
     assert out.dtype == scene.dtype, f"{where}: output dtype {out.dtype}, expected {scene.dtype}"
     assert_close(f"{where}: output [T, H, D]", out, expected, *tolerance(dtype))

@@ -8,7 +8,14 @@ import importlib.util
 import pytest
 import torch
 
-from eagle_hal.backend import API_VERSION, Availability, Backend, Capabilities, Tolerances, TreeMaskMode
+from eagle_hal.backend import (
+    API_VERSION,
+    Availability,
+    Backend,
+    Capabilities,
+    Tolerances,
+    TreeMaskMode,
+)
 from eagle_hal.hal.kv_layout import KVLayout
 from eagle_hal.hal.sampling import SamplingOps
 
@@ -57,7 +64,9 @@ def test_capabilities_coherent(backend: Backend) -> None:
     for name in caps.dtypes:
         assert name in _DTYPES, f"unknown dtype {name!r} in capabilities (known: {sorted(_DTYPES)})"
         tensor = torch.ones(4, dtype=_DTYPES[name], device=backend.torch_device)
-        assert (tensor * 2).sum().item() == 8, f"dtype {name} computes wrongly on {backend.torch_device}"
+        assert (tensor * 2).sum().item() == 8, (
+            f"dtype {name} computes wrongly on {backend.torch_device}"
+        )
     assert set(caps.tree_mask_modes) <= set(TreeMaskMode.ALL)
     smallest = caps.page_sizes[0] if caps.page_sizes else caps.page_size_multiple
     assert caps.supports_page_size(smallest), "no declared page size is supported"
@@ -67,7 +76,9 @@ def test_capabilities_coherent(backend: Backend) -> None:
         f"{'an object' if has_graphs else 'None'}"
     )
     if caps.triton:
-        assert importlib.util.find_spec("triton") is not None, "declares Triton, triton not importable"
+        assert importlib.util.find_spec("triton") is not None, (
+            "declares Triton, triton not importable"
+        )
 
 
 def test_runtime_pieces(backend: Backend) -> None:

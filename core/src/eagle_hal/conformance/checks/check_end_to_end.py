@@ -37,7 +37,12 @@ def _llm(backend: Backend, target: Any, head: Any, spec: SpecConfig, **kwargs: A
 
 @pytest.fixture(scope="module")
 def model_pairs(backend: Backend) -> dict[str, tuple[Any, Any]]:
-    from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
+    from eagle_hal.testing.models import (
+        matching_eagle1,
+        near_bigram_target,
+        tiny_eagle1,
+        tiny_target,
+    )
 
     device = backend.torch_device
     random_target = tiny_target(seed=11, device=device)
@@ -55,7 +60,9 @@ def model_pairs(backend: Backend) -> dict[str, tuple[Any, Any]]:
 
 @pytest.mark.parametrize("pair", ["random-head", "stacked-head", "matching-head"])
 @pytest.mark.parametrize("spec", SPECS)
-def test_greedy_equals_plain_decoding(backend: Backend, model_pairs: Any, pair: str, spec: SpecConfig) -> None:
+def test_greedy_equals_plain_decoding(
+    backend: Backend, model_pairs: Any, pair: str, spec: SpecConfig
+) -> None:
     """At temperature 0 speculation changes nothing but speed; no page leaks."""
     target, head = model_pairs[pair]
     params = SamplingParams(max_new_tokens=16)
@@ -64,15 +71,18 @@ def test_greedy_equals_plain_decoding(backend: Backend, model_pairs: Any, pair: 
     outputs = llm.generate(PROMPTS, params)
     for i, (got, expected) in enumerate(zip(outputs, plain, strict=True)):
         assert got.error is None, f"request {i} failed: {got.error}"
+        pairs = zip(got.token_ids, expected.token_ids, strict=False)
         assert got.token_ids == expected.token_ids, (
             f"{pair} {spec}: prompt {i} speculative tokens differ from plain decoding at position "
-            f"{next((j for j, (a, b) in enumerate(zip(got.token_ids, expected.token_ids)) if a != b), '?')}: "
+            f"{next((j for j, (a, b) in enumerate(pairs) if a != b), '?')}: "
             f"{list(got.token_ids)} vs {list(expected.token_ids)}"
         )
     assert llm.used_pages == 0, f"{llm.used_pages} KV pages still held after the batch finished"
 
 
-def _joint_counts(llm: Any, params: list[SamplingParams], prompt: list[int]) -> dict[tuple[int, ...], int]:
+def _joint_counts(
+    llm: Any, params: list[SamplingParams], prompt: list[int]
+) -> dict[tuple[int, ...], int]:
     counts: dict[tuple[int, ...], int] = {}
     for out in llm.generate([prompt] * len(params), params):
         assert out.error is None and len(out.token_ids) >= 3, f"bad output {out}"
@@ -110,10 +120,16 @@ def test_sampling_distribution_equals_plain(backend: Backend) -> None:
     target = tiny_target(seed=11, vocab=8, device=device)
     head = tiny_eagle1(target, seed=4).to(device)
     samples, prompt = 800, [1, 5, 2, 7]
-    plain_params = [SamplingParams(temperature=0.9, top_k=6, max_new_tokens=3, seed=s) for s in range(samples)]
-    spec_params = [SamplingParams(temperature=0.9, top_k=6, max_new_tokens=3, seed=10**6 + s) for s in range(samples)]
+    plain_params = [SamplingParams(temperature=0.9, top_k=6, max_new_tokens=3, seed=s)
+                    for s in range(samples)]
+    spec_params = [SamplingParams(temperature=0.9, top_k=6, max_new_tokens=3, seed=10**6 + s)
+                   for s in range(samples)]
     spec = SpecConfig(num_steps=2, topk=2, num_draft_tokens=5)
-    plain = _joint_counts(_llm(backend, target, None, SpecConfig(num_steps=0), max_batch_size=64), plain_params, prompt)
-    speculative = _joint_counts(_llm(backend, target, head, spec, max_batch_size=64), spec_params, prompt)
+    plain = _joint_counts(_llm(backend, target, None, SpecConfig(num_steps=0), max_batch_size=64),
+                          plain_params, prompt)
+    speculative = _joint_counts(_llm(backend, target, head, spec, max_batch_size=64),
+                                spec_params, prompt)
     p = _homogeneity_pvalue(speculative, plain)
-    assert p > ALPHA, f"speculative sampling's law differs from plain sampling's (chi-square p = {p:.2e})"
+    assert p > ALPHA, (
+        f"speculative sampling's law differs from plain sampling's (chi-square p = {p:.2e})"
+    )

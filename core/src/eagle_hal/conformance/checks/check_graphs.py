@@ -127,7 +127,8 @@ def test_replay_equals_eager(backend: Backend, tolerance: Any, mode: ForwardMode
         eager_attention = twin.attention()
         batch.attn_metadata = eager_attention.plan(batch)
         expected = eager_attention.forward(LAYER, new_q, new_k, new_v, batch)
-        assert_close(f"graph replay {replay} of {mode.value}: output vs eager", out, expected, *tolerance("float32"))
+        assert_close(f"graph replay {replay} of {mode.value}: output vs eager", out, expected,
+                     *tolerance("float32"))
 
 
 BATCH_SIZES = (1, 4, 2, 3, 5)  # 1 and 4 fill buckets; 2 and 3 padded to 4; 5 runs eagerly
@@ -191,7 +192,7 @@ def test_chain_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
     scene = RunnerScene(backend, seed=zlib.crc32(b"chain") % 1000)
     runner, graphs = scene.runner, scene.runner.graphs
     assert scene.graphs_on and graphs is not None
-    graphs.chain_graphs = True  # on in the engine unless EAGLE_HAL_CHAIN_GRAPH=0; checked here
+    graphs.chain_graphs = True  # the engine's default (GraphRunner(chain_graphs=True))
     assert runner.draft_attn is not None
     if not runner.draft_attn.multi_forward_graphs:
         pytest.skip(f"{type(runner.draft_attn).__name__} does not declare multi_forward_graphs: "
@@ -262,7 +263,7 @@ def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
     scene = RunnerScene(backend, seed=zlib.crc32(b"tree") % 1000)
     runner, graphs = scene.runner, scene.runner.graphs
     assert scene.graphs_on and graphs is not None
-    graphs.tree_graphs = True  # on in the engine unless EAGLE_HAL_TREE_GRAPH=0; checked here
+    graphs.tree_graphs = True  # the engine's default (GraphRunner(tree_graphs=True))
     attn = runner.draft_attn
     assert attn is not None
     if not (attn.multi_forward_graphs and attn.draft_slots_read_in_forward):

@@ -16,7 +16,6 @@ from eagle_hal.conformance.requirements import page_size_params
 from eagle_hal.hal.attention import ForwardMode
 
 
-
 def pytest_generate_tests(metafunc: Any) -> None:
     """Page sizes: the standard ones plus those the backend under test requires or prefers."""
     if "page_size" in metafunc.fixturenames:

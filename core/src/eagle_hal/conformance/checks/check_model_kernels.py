@@ -106,7 +106,8 @@ def test_silu_mul(kernels, device, tolerance, dtype, rows):
     atol, rtol = tolerance(dtype)
     gate_up = _randn(rows, 2 * 80, seed=20 + rows, dtype=dtype, device=device)
     gate, up = _d(gate_up).chunk(2, dim=-1)
-    assert_close("silu_mul", kernels.silu_mul(gate_up), torch.nn.functional.silu(gate) * up, atol, rtol)
+    assert_close("silu_mul", kernels.silu_mul(gate_up), torch.nn.functional.silu(gate) * up,
+                 atol, rtol)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -150,7 +151,8 @@ def _stream(x: torch.Tensor, residual: torch.Tensor | None, norm_weight: torch.T
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("residual,norm,bias", [(True, True, False), (False, True, True), (False, False, False)])
+@pytest.mark.parametrize("residual,norm,bias",
+                         [(True, True, False), (False, True, True), (False, False, False)])
 def test_fused_qkv_rotary(kernels, device, tolerance, dtype, residual, norm, bias):
     """fused_linear.qkv_rotary: [residual add +] [RMSNorm +] QKV [+ bias] + rotary, and the
     stream (``x`` itself without a residual), for up to max_tokens rows."""
@@ -159,18 +161,22 @@ def test_fused_qkv_rotary(kernels, device, tolerance, dtype, residual, norm, bia
     rows, hidden, heads, kv_heads, head_dim = min(5, fused.max_tokens), 96, 3, 1, 32
     x = _randn(rows, hidden, seed=50, dtype=dtype, device=device)
     res = _randn(rows, hidden, seed=51, dtype=dtype, device=device) if residual else None
-    norm_weight = 1 + _randn(hidden, seed=52, dtype=dtype, device=device, scale=0.1) if norm else None
+    norm_weight = (1 + _randn(hidden, seed=52, dtype=dtype, device=device, scale=0.1)
+                   if norm else None)
     width = (heads + 2 * kv_heads) * head_dim
     weight = _randn(width, hidden, seed=53, dtype=dtype, device=device, scale=hidden**-0.5)
     b = _randn(width, seed=54, dtype=dtype, device=device, scale=0.1) if bias else None
     cos, sin = _tables(rows, head_dim, dtype, device)
-    q, k, v, stream = fused.qkv_rotary(x, res, norm_weight, EPS, weight, b, cos, sin, heads, kv_heads)
+    q, k, v, stream = fused.qkv_rotary(x, res, norm_weight, EPS, weight, b, cos, sin, heads,
+                                       kv_heads)
     total, normed = _stream(x, res, norm_weight)
     qkv = normed @ _d(weight).T + (0 if b is None else _d(b))
     qkv = qkv.to(x.dtype).double()  # the GEMM's output is rounded before rotary
     eq, ek, ev = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], -1)
-    assert_close("qkv_rotary q", q, _rotate(eq.view(rows, heads, head_dim), _d(cos), _d(sin)), atol, rtol)
-    assert_close("qkv_rotary k", k, _rotate(ek.view(rows, kv_heads, head_dim), _d(cos), _d(sin)), atol, rtol)
+    assert_close("qkv_rotary q", q, _rotate(eq.view(rows, heads, head_dim), _d(cos), _d(sin)),
+                 atol, rtol)
+    assert_close("qkv_rotary k", k, _rotate(ek.view(rows, kv_heads, head_dim), _d(cos), _d(sin)),
+                 atol, rtol)
     assert_close("qkv_rotary v", v, ev.view(rows, kv_heads, head_dim), atol, rtol)
     assert_close("qkv_rotary stream", stream, total, atol, rtol)
     if res is None:
@@ -186,7 +192,8 @@ def test_fused_gate_up_silu(kernels, device, tolerance, dtype, residual, norm):
     rows, hidden, inter = min(7, fused.max_tokens), 64, 80
     x = _randn(rows, hidden, seed=60, dtype=dtype, device=device)
     res = _randn(rows, hidden, seed=61, dtype=dtype, device=device) if residual else None
-    norm_weight = 1 + _randn(hidden, seed=62, dtype=dtype, device=device, scale=0.1) if norm else None
+    norm_weight = (1 + _randn(hidden, seed=62, dtype=dtype, device=device, scale=0.1)
+                   if norm else None)
     weight = _randn(2 * inter, hidden, seed=63, dtype=dtype, device=device, scale=hidden**-0.5)
     activated, stream = fused.gate_up_silu(x, res, norm_weight, EPS, weight)
     total, normed = _stream(x, res, norm_weight)

@@ -35,7 +35,8 @@ class Case(NamedTuple):
     seed: int
 
 
-CASES = [Case(3, 2, 3, 6, 40, 0), Case(4, 4, 3, 10, 50, 1), Case(2, 1, 4, 5, 30, 2), Case(5, 3, 2, 8, 64, 3)]
+CASES = [Case(3, 2, 3, 6, 40, 0), Case(4, 4, 3, 10, 50, 1), Case(2, 1, 4, 5, 30, 2),
+         Case(5, 3, 2, 8, 64, 3)]
 IDS = [f"B{c.batch}-K{c.topk}-S{c.steps}-N{c.nodes}" for c in CASES]
 
 
@@ -43,7 +44,9 @@ def _on(device: Any, *tensors: torch.Tensor) -> list[torch.Tensor]:
     return [t.to(device) for t in tensors]
 
 
-def _topk_probs(gen: torch.Generator, rows: int, k: int, vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _topk_probs(
+    gen: torch.Generator, rows: int, k: int, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     probs = torch.softmax(2.0 * torch.randn(rows, vocab, generator=gen), dim=-1)
     values, ids = probs.topk(k, dim=-1)  # [rows, k], distinct ids
     return values, ids
@@ -78,36 +81,44 @@ def _pipeline(case: Case, ref: Any) -> Pipeline:
     tree = ref.organize_draft_tree(steps, case.nodes)
     roots = torch.randint(0, case.vocab, (case.batch,), generator=gen)
     seq_lens = torch.randint(1, 20, (case.batch,), generator=gen)
-    verify = ref.build_verify_tree(roots, tree.tokens, tree.parents, seq_lens, TreeMaskMode.TREE_BLOCK)
+    verify = ref.build_verify_tree(roots, tree.tokens, tree.parents, seq_lens,
+                                   TreeMaskMode.TREE_BLOCK)
     logits = 3.0 * torch.randn(case.batch, case.nodes, case.vocab + PAD, generator=gen)
     logits[..., case.vocab :] = 50.0
     # The target agrees with a child 70% of the time, so accepted paths are long.
     child = verify.retrieve_next_token.clamp(min=0)
     child_token = torch.gather(verify.tokens, 1, child)
-    agree = (torch.rand(case.batch, case.nodes, generator=gen) < 0.7) & (verify.retrieve_next_token >= 0)
-    predict = torch.where(agree, child_token, torch.randint(0, case.vocab, child.shape, generator=gen))
+    agree = ((torch.rand(case.batch, case.nodes, generator=gen) < 0.7)
+             & (verify.retrieve_next_token >= 0))
+    predict = torch.where(agree, child_token,
+                          torch.randint(0, case.vocab, child.shape, generator=gen))
     for b in range(case.batch):
         for i in range(case.nodes):
             logits[b, i, int(predict[b, i])] = 20.0
     temperatures = torch.tensor([0.0, 0.7, 1.0, 1.3, 0.5][: case.batch])
     top_ks = torch.tensor([0, 5, 0, 10, 3][: case.batch])
     top_ps = torch.tensor([1.0, 0.9, 0.8, 1.0, 0.95][: case.batch])
-    return Pipeline(steps, tree, verify, roots, seq_lens, logits, (temperatures, top_ks, top_ps), predict)
+    return Pipeline(steps, tree, verify, roots, seq_lens, logits,
+                    (temperatures, top_ks, top_ps), predict)
 
 
 # -- the draft side ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_grow_tree_step(ops: Any, reference_ops: Any, device: Any, tolerance: Any, case: Case) -> None:
+def test_grow_tree_step(
+    ops: Any, reference_ops: Any, device: Any, tolerance: Any, case: Case
+) -> None:
     """grow_tree_step at every depth: frontier and candidates as the reference."""
     inputs, steps = _steps(case, reference_ops)
     atol, rtol = tolerance("float32")
     for depth, (probs, ids) in enumerate(inputs):
         previous = None if depth == 0 else _step_on(steps[depth - 1], device)
         got = ops.grow_tree_step(*_on(device, probs, ids), previous)
-        for field in ("tokens", "parent_branches", "node_ids", "candidate_tokens", "candidate_parents"):
-            assert_same(f"grow_tree_step depth {depth + 1}: {field}", getattr(got, field), getattr(steps[depth], field))
+        for field in ("tokens", "parent_branches", "node_ids", "candidate_tokens",
+                      "candidate_parents"):
+            assert_same(f"grow_tree_step depth {depth + 1}: {field}", getattr(got, field),
+                        getattr(steps[depth], field))
         for field in ("scores", "candidate_scores"):
             assert_close(f"grow_tree_step depth {depth + 1}: {field}", getattr(got, field),
                          getattr(steps[depth], field), atol, rtol)
@@ -131,15 +142,19 @@ def test_organize_draft_tree(ops: Any, reference_ops: Any, device: Any, case: Ca
     "mode", [pytest.param(m, marks=requires(f"tree_mask:{m}")) for m in TreeMaskMode.ALL]
 )
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_build_verify_tree(ops: Any, reference_ops: Any, device: Any, case: Case, mode: str) -> None:
+def test_build_verify_tree(
+    ops: Any, reference_ops: Any, device: Any, case: Case, mode: str
+) -> None:
     """build_verify_tree: tokens, positions, retrieve links and the mask, exactly."""
     p = _pipeline(case, reference_ops)
     total = int(p.seq_lens.sum())
     args = (p.roots, p.tree.tokens, p.tree.parents, p.seq_lens)
     expected = reference_ops.build_verify_tree(*args, mode, seq_lens_sum=total)
     got = ops.build_verify_tree(*_on(device, *args), mode, seq_lens_sum=total)
-    for field in ("tokens", "positions", "retrieve_index", "retrieve_next_token", "retrieve_next_sibling", "tree_mask"):
-        assert_same(f"build_verify_tree[{mode}]: {field}", getattr(got, field), getattr(expected, field))
+    for field in ("tokens", "positions", "retrieve_index", "retrieve_next_token",
+                  "retrieve_next_sibling", "tree_mask"):
+        assert_same(f"build_verify_tree[{mode}]: {field}", getattr(got, field),
+                    getattr(expected, field))
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -168,7 +183,9 @@ def test_masked_argmax(ops: Any, reference_ops: Any, device: Any, case: Case) ->
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_target_probs(ops: Any, reference_ops: Any, device: Any, tolerance: Any, case: Case) -> None:
+def test_target_probs(
+    ops: Any, reference_ops: Any, device: Any, tolerance: Any, case: Case
+) -> None:
     """target_probs with per-request temperature (0 included), top-k and top-p."""
     p = _pipeline(case, reference_ops)
     expected = reference_ops.target_probs(p.logits, case.vocab, *p.params)
@@ -182,12 +199,17 @@ def test_sampling_noise_seeded(ops: Any, reference_ops: Any, device: Any) -> Non
     for counter in (0, 5, torch.tensor([3, 9, 0, 1])):
         expected = reference_ops.sampling_noise(4, 6, device="cpu", seeds=seeds, counter=counter)
         device_counter = counter.to(device) if isinstance(counter, torch.Tensor) else counter
-        got = ops.sampling_noise(4, 6, device=device, seeds=seeds.to(device), counter=device_counter)
-        assert_same(f"sampling_noise(counter={counter}): accept_draws", got.accept_draws, expected.accept_draws)
-        assert_same(f"sampling_noise(counter={counter}): bonus_draws", got.bonus_draws, expected.bonus_draws)
+        got = ops.sampling_noise(4, 6, device=device, seeds=seeds.to(device),
+                                 counter=device_counter)
+        assert_same(f"sampling_noise(counter={counter}): accept_draws", got.accept_draws,
+                    expected.accept_draws)
+        assert_same(f"sampling_noise(counter={counter}): bonus_draws", got.bonus_draws,
+                    expected.bonus_draws)
     free = ops.sampling_noise(64, 8, device=device)
     draws = torch.cat([free.accept_draws.reshape(-1), free.bonus_draws]).cpu()
-    assert bool(((draws >= 0) & (draws < ACCEPT_DRAW_LIMIT)).all()), "unseeded draws out of [0, 2**62)"
+    assert bool(((draws >= 0) & (draws < ACCEPT_DRAW_LIMIT)).all()), (
+        "unseeded draws out of [0, 2**62)"
+    )
 
 
 # -- acceptance and bookkeeping ------------------------------------------------------------
@@ -228,7 +250,9 @@ def test_verify_tree_sampling(ops: Any, reference_ops: Any, device: Any, case: C
     _assert_accept("verify_tree_sampling", got, expected)
 
 
-def _chain_inputs(case: Case, reference_ops: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _chain_inputs(
+    case: Case, reference_ops: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(200 + case.seed)
     n, v = case.steps + 1, case.vocab
     draft_probs = torch.softmax(torch.randn(case.batch, n - 1, v, generator=gen), dim=-1)
@@ -245,7 +269,8 @@ def test_verify_chain_sampling(ops: Any, reference_ops: Any, device: Any, case: 
     noise = reference_ops.sampling_noise(case.batch, case.steps + 1, device="cpu",
                                          seeds=torch.arange(case.batch), counter=3)
     expected = reference_ops.verify_chain_sampling(tokens, draft_probs, target, noise)
-    got = ops.verify_chain_sampling(*_on(device, tokens, draft_probs, target), SamplingNoise(*_on(device, *noise)))
+    got = ops.verify_chain_sampling(*_on(device, tokens, draft_probs, target),
+                                    SamplingNoise(*_on(device, *noise)))
     _assert_accept("verify_chain_sampling", got, expected)
 
 
@@ -255,9 +280,11 @@ def test_bookkeeping(ops: Any, reference_ops: Any, device: Any, case: Case) -> N
     p = _pipeline(case, reference_ops)
     accepted = reference_ops.verify_greedy(*_links(p.verify), p.predict, case.steps)
     args = (p.verify.tokens, accepted.accepted_nodes, accepted.accept_lens, accepted.bonus_tokens)
-    assert_same("fill_bonus_tokens", ops.fill_bonus_tokens(*_on(device, *args)), reference_ops.fill_bonus_tokens(*args))
+    assert_same("fill_bonus_tokens", ops.fill_bonus_tokens(*_on(device, *args)),
+                reference_ops.fill_bonus_tokens(*args))
     gen = torch.Generator().manual_seed(300 + case.seed)
-    slots = torch.randperm(500, generator=gen)[: case.batch * case.nodes].view(case.batch, case.nodes)
+    slots = torch.randperm(500, generator=gen)[: case.batch * case.nodes]
+    slots = slots.view(case.batch, case.nodes)
     args = (p.verify.tokens, accepted.accepted_nodes, accepted.accept_lens, slots)
     expected, got = reference_ops.compact_accepted(*args), ops.compact_accepted(*_on(device, *args))
     for field in expected._fields:
@@ -265,7 +292,8 @@ def test_bookkeeping(ops: Any, reference_ops: Any, device: Any, case: Case) -> N
     rows = torch.randperm(8, generator=gen)[: case.batch]
     table = torch.zeros(8, 64, dtype=torch.int64)
     got_table = table.to(device)
-    ops.assign_verify_slots(got_table, rows.to(device), p.seq_lens.to(device), slots.reshape(-1).to(device))
+    ops.assign_verify_slots(got_table, rows.to(device), p.seq_lens.to(device),
+                            slots.reshape(-1).to(device))
     reference_ops.assign_verify_slots(table, rows, p.seq_lens, slots.reshape(-1))
     assert_same("assign_verify_slots: req_to_token after the write", got_table, table)
 
@@ -274,14 +302,18 @@ def test_bookkeeping(ops: Any, reference_ops: Any, device: Any, case: Case) -> N
 
 
 def test_golden_grow_tree_step(ops: Any, device: Any) -> None:
-    """K=2: scores 0.6*[0.5,0.5] and 0.4*[0.9,0.1] -> frontier (0.36, token 9), (0.3, token 7)."""
-    first = ops.grow_tree_step(torch.tensor([[0.6, 0.4]], device=device), torch.tensor([[3, 4]], device=device), None)
+    """K=2: scores 0.6*[0.5,0.5] and 0.4*[0.9,0.1] -> frontier (0.36, token 9), (0.3,
+    token 7)."""
+    first = ops.grow_tree_step(torch.tensor([[0.6, 0.4]], device=device),
+                               torch.tensor([[3, 4]], device=device), None)
     second = ops.grow_tree_step(torch.tensor([[0.5, 0.5], [0.9, 0.1]], device=device),
                                 torch.tensor([[7, 8], [9, 10]], device=device), first)
     assert_same("grow_tree_step golden: tokens", second.tokens, torch.tensor([[9, 7]]))
-    assert_same("grow_tree_step golden: parent_branches", second.parent_branches, torch.tensor([[1, 0]]))
+    assert_same("grow_tree_step golden: parent_branches", second.parent_branches,
+                torch.tensor([[1, 0]]))
     assert_same("grow_tree_step golden: node_ids", second.node_ids, torch.tensor([[5, 3]]))
-    assert_close("grow_tree_step golden: scores", second.scores, torch.tensor([[0.36, 0.3]]), 1e-6, 1e-5)
+    assert_close("grow_tree_step golden: scores", second.scores, torch.tensor([[0.36, 0.3]]),
+                 1e-6, 1e-5)
 
 
 # Root (node 0) with children node 1 (token 5) and node 2 (token 6); node 1 has child node 3
@@ -291,33 +323,44 @@ _GOLDEN_NEXT = torch.tensor([[1, 3, -1, -1]])
 _GOLDEN_SIBLING = torch.tensor([[-1, 2, -1, -1]])
 
 
-@pytest.mark.parametrize("mode", [pytest.param(m, marks=requires(f"tree_mask:{m}")) for m in TreeMaskMode.ALL])
+@pytest.mark.parametrize(
+    "mode", [pytest.param(m, marks=requires(f"tree_mask:{m}")) for m in TreeMaskMode.ALL]
+)
 def test_golden_verify_tree(ops: Any, device: Any, mode: str) -> None:
     """The hand tree's links, positions and mask in each layout."""
-    tree = ops.build_verify_tree(torch.tensor([9], device=device), torch.tensor([[5, 6, 7]], device=device),
-                                 torch.tensor([[0, 0, 1]], device=device), torch.tensor([2], device=device),
+    tree = ops.build_verify_tree(torch.tensor([9], device=device),
+                                 torch.tensor([[5, 6, 7]], device=device),
+                                 torch.tensor([[0, 0, 1]], device=device),
+                                 torch.tensor([2], device=device),
                                  mode, seq_lens_sum=2)
-    assert_same("build_verify_tree golden: retrieve_next_token", tree.retrieve_next_token, _GOLDEN_NEXT)
-    assert_same("build_verify_tree golden: retrieve_next_sibling", tree.retrieve_next_sibling, _GOLDEN_SIBLING)
+    assert_same("build_verify_tree golden: retrieve_next_token", tree.retrieve_next_token,
+                _GOLDEN_NEXT)
+    assert_same("build_verify_tree golden: retrieve_next_sibling", tree.retrieve_next_sibling,
+                _GOLDEN_SIBLING)
     assert_same("build_verify_tree golden: positions", tree.positions, torch.tensor([[2, 3, 3, 4]]))
     block = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     expected = {
         TreeMaskMode.TREE_BLOCK: block[None],
         TreeMaskMode.BIT_PACKED: torch.tensor([[1, 3, 5, 11]]),
-        TreeMaskMode.FULL: torch.cat([torch.ones(4, 2, dtype=torch.bool), block], dim=1).reshape(-1),
+        TreeMaskMode.FULL: torch.cat([torch.ones(4, 2, dtype=torch.bool), block],
+                                     dim=1).reshape(-1),
     }[mode]
-    assert_same(f"build_verify_tree golden: tree_mask[{mode}]", tree.tree_mask.reshape(expected.shape), expected)
+    assert_same(f"build_verify_tree golden: tree_mask[{mode}]",
+                tree.tree_mask.reshape(expected.shape), expected)
 
 
 def test_golden_verify_greedy(ops: Any, device: Any) -> None:
     """Target says 6 at the root and 8 at node 2: accept node 2, bonus 8 (2 tokens)."""
     predict = torch.tensor([[6, 7, 8, 1]], device=device)
-    result = ops.verify_greedy(*_on(device, _GOLDEN_TOKENS, _GOLDEN_NEXT, _GOLDEN_SIBLING), predict, 2)
+    result = ops.verify_greedy(*_on(device, _GOLDEN_TOKENS, _GOLDEN_NEXT, _GOLDEN_SIBLING),
+                               predict, 2)
     assert_same("verify_greedy golden: accept_lens", result.accept_lens, torch.tensor([2]))
-    assert_same("verify_greedy golden: accepted_nodes", result.accepted_nodes, torch.tensor([[0, 2, -1]]))
+    assert_same("verify_greedy golden: accepted_nodes", result.accepted_nodes,
+                torch.tensor([[0, 2, -1]]))
     assert_same("verify_greedy golden: bonus_tokens", result.bonus_tokens, torch.tensor([8]))
     tied = torch.tensor([[1.0, 3.0, 3.0, 0.0, 9.0]], device=device)
-    assert_same("masked_argmax golden: tie and padded tail", ops.masked_argmax(tied, 4), torch.tensor([1]))
+    assert_same("masked_argmax golden: tie and padded tail", ops.masked_argmax(tied, 4),
+                torch.tensor([1]))
 
 
 # -- lossless sampling statistics ------------------------------------------------------------
@@ -326,7 +369,9 @@ SAMPLES = 8000
 
 
 def _emitted(result: Any, tokens: torch.Tensor) -> list[tuple[int, ...]]:
-    nodes, lens, bonus = (t.cpu() for t in (result.accepted_nodes, result.accept_lens, result.bonus_tokens))
+    nodes, lens, bonus = (
+        t.cpu() for t in (result.accepted_nodes, result.accept_lens, result.bonus_tokens)
+    )
     tokens = tokens.cpu()
     out = []
     for b in range(nodes.shape[0]):
@@ -349,30 +394,39 @@ def test_tree_sampling_is_lossless(ops: Any, device: Any) -> None:
     gen = torch.Generator().manual_seed(5)
     vocab = 6
     probs = torch.softmax(1.5 * torch.randn(5, vocab, generator=gen, dtype=torch.float64), dim=-1)
-    tokens = torch.tensor([0, 2, 4, 1, 5])  # node 1 (2) and 2 (4) under the root; 3 (1), 4 (5) under 1
+    # node 1 (2) and 2 (4) under the root; 3 (1), 4 (5) under 1
+    tokens = torch.tensor([0, 2, 4, 1, 5])
     children = {0: {2: 1, 4: 2}, 1: {1: 3, 5: 4}}
     batch = SAMPLES
-    noise = ops.sampling_noise(batch, 5, device=device, seeds=torch.arange(batch, device=device), counter=1)
+    noise = ops.sampling_noise(batch, 5, device=device, seeds=torch.arange(batch, device=device),
+                               counter=1)
     result = ops.verify_tree_sampling(
-        tokens.expand(batch, 5).to(device), torch.tensor([1, 3, -1, -1, -1]).expand(batch, 5).to(device),
+        tokens.expand(batch, 5).to(device),
+        torch.tensor([1, 3, -1, -1, -1]).expand(batch, 5).to(device),
         torch.tensor([-1, 2, -1, 4, -1]).expand(batch, 5).to(device),
         probs.float().expand(batch, 5, vocab).contiguous().to(device), noise, 2,
     )
     law = tree_law(children, probs.tolist())
     p = chi_square_pvalue(_count(_emitted(result, tokens.expand(batch, 5))), law, batch)
-    assert p > ALPHA, f"verify_tree_sampling: emitted tokens do not follow the target law (p = {p:.2e})"
+    assert p > ALPHA, (
+        f"verify_tree_sampling: emitted tokens do not follow the target law (p = {p:.2e})"
+    )
 
 
 def test_chain_sampling_is_lossless(ops: Any, device: Any) -> None:
-    """verify_chain_sampling with drafts drawn from q and generator noise emits the target's law."""
+    """verify_chain_sampling with drafts drawn from q and generator noise emits the target's
+    law."""
     from eagle_hal.conformance.laws import chain_law
 
     gen = torch.Generator().manual_seed(6)
     vocab, nodes, batch = 5, 3, SAMPLES
     target = torch.softmax(torch.randn(nodes, vocab, generator=gen, dtype=torch.float64), dim=-1)
-    draft = torch.softmax(torch.randn(nodes - 1, vocab, generator=gen, dtype=torch.float64), dim=-1)
-    drafts = torch.stack([torch.multinomial(draft[i].float(), batch, replacement=True, generator=gen)
-                          for i in range(nodes - 1)], dim=1)  # [batch, nodes - 1]
+    draft = torch.softmax(torch.randn(nodes - 1, vocab, generator=gen, dtype=torch.float64),
+                          dim=-1)
+    drafts = torch.stack([
+        torch.multinomial(draft[i].float(), batch, replacement=True, generator=gen)
+        for i in range(nodes - 1)
+    ], dim=1)  # [batch, nodes - 1]
     tokens = torch.cat([torch.zeros(batch, 1, dtype=torch.int64), drafts], dim=1)
     torch.manual_seed(8)
     noise = ops.sampling_noise(batch, nodes, device=device)
@@ -382,4 +436,6 @@ def test_chain_sampling_is_lossless(ops: Any, device: Any) -> None:
     )
     law = chain_law(target.tolist(), draft.tolist())
     p = chi_square_pvalue(_count(_emitted(result, tokens)), law, batch)
-    assert p > ALPHA, f"verify_chain_sampling: emitted tokens do not follow the target law (p = {p:.2e})"
+    assert p > ALPHA, (
+        f"verify_chain_sampling: emitted tokens do not follow the target law (p = {p:.2e})"
+    )

@@ -34,7 +34,8 @@ def test_random_requests_leave_no_pages(backend: Backend) -> None:
             stop_token_ids=(rng.randrange(VOCAB),) if rng.random() < 0.2 else (),
         ))
     spec = SpecConfig(num_steps=3, topk=2, num_draft_tokens=6)
-    llm = LLM.from_models(backend, target, head, spec=spec, max_batch_size=24, kv_cache_tokens=1024, page_size=4)
+    llm = LLM.from_models(backend, target, head, spec=spec, max_batch_size=24,
+                          kv_cache_tokens=1024, page_size=4)
     outputs = llm.generate(prompts, params)
     assert len(outputs) == REQUESTS
     for i, (out, p) in enumerate(zip(outputs, params, strict=True)):
@@ -42,7 +43,9 @@ def test_random_requests_leave_no_pages(backend: Backend) -> None:
         assert 1 <= len(out.token_ids) <= p.max_new_tokens, (
             f"soak request {i}: {len(out.token_ids)} tokens for max_new_tokens={p.max_new_tokens}"
         )
-        assert all(0 <= t < VOCAB for t in out.token_ids), f"soak request {i}: token outside vocabulary"
+        assert all(0 <= t < VOCAB for t in out.token_ids), (
+            f"soak request {i}: token outside vocabulary"
+        )
     assert llm.used_pages == 0, f"{llm.used_pages} KV pages still held after {REQUESTS} requests"
     assert llm.leaked_pages == 0, f"{llm.leaked_pages} KV pages leaked"
     greedy = [i for i, p in enumerate(params) if p.temperature == 0.0][:60]
@@ -50,6 +53,7 @@ def test_random_requests_leave_no_pages(backend: Backend) -> None:
     expected = plain.generate([prompts[i] for i in greedy], [params[i] for i in greedy])
     for i, want in zip(greedy, expected, strict=True):
         assert outputs[i].token_ids == want.token_ids, (
-            f"soak request {i} (greedy, batched with sampled requests) differs from plain decoding: "
+            f"soak request {i} (greedy, batched with sampled requests) differs from plain "
+            f"decoding: "
             f"{list(outputs[i].token_ids)} vs {list(want.token_ids)}"
         )

@@ -99,6 +99,9 @@ class TritonAttentionBackend(AttentionBackend):
     rewrites. Several forwards may share a graph: forwards of one uniform shape share
     their metadata, which no replay writes (a captured causal extend gets its own); the
     split scratch is shared too: forwards run in stream order.
+
+    ``fp32_dot``: float32 dot operands for 16-bit caches as well (slower; to measure what
+    16-bit operands cost in accuracy, ``split_paged_attention``).
     """
 
     tree_mask_mode = TreeMaskMode.TREE_BLOCK
@@ -107,8 +110,9 @@ class TritonAttentionBackend(AttentionBackend):
     ragged_extend_graphs = True  # a causal extend's per-token runs are rebuilt on replay
     lengths_read_in_forward = True  # plans read extend lengths and shapes, never prefixes
 
-    def __init__(self, config: AttentionConfig) -> None:
+    def __init__(self, config: AttentionConfig, *, fp32_dot: bool = False) -> None:
         super().__init__(config)
+        self.fp32_dot = fp32_dot
         self._device = config.req_to_token.device
         self._cache: dict[tuple[object, ...], TritonAttentionMetadata] = {}
         self._scratch = _SplitScratch(config.num_heads, config.head_dim, self._device)
@@ -311,4 +315,5 @@ class TritonAttentionBackend(AttentionBackend):
             self.config.scaling,
             metadata.num_splits,
             metadata.partials,
+            fp32_dot=self.fp32_dot,
         )

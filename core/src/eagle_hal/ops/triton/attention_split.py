@@ -8,12 +8,12 @@ launch takes (``choose_num_splits``), the scratch for the splits' partial result
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
 import torch
 import triton
 
+from eagle_hal import settings
 from eagle_hal.ops.triton.attention_split_kernels import (
     _merge_splits_kernel,
     _split_attention_kernel,
@@ -60,17 +60,17 @@ def choose_num_splits(
     return 1 << (splits.bit_length() - 1)  # rounded down to a power of two
 
 
-def _dot_in_float32(q_dtype: torch.dtype, cache_dtype: torch.dtype) -> bool:
+def _dot_in_float32(
+    q_dtype: torch.dtype, cache_dtype: torch.dtype, fp32_dot: bool = False
+) -> bool:
     """Float32 dot operands unless ``q`` and the cache share a 16-bit dtype. Triton's
     interpreter holds bfloat16 as raw 16-bit integers and multiplies them as such in
-    ``tl.dot``, so interpreted bfloat16 gets float32 operands too.
-    ``EAGLE_HAL_ATTN_FP32_DOT=1`` forces float32 operands for 16-bit caches as well
-    (slower; for measuring what 16-bit dot operands cost in accuracy)."""
-    if q_dtype != cache_dtype or cache_dtype == torch.float32:
+    ``tl.dot``, so interpreted bfloat16 gets float32 operands too. ``fp32_dot`` forces
+    float32 operands for 16-bit caches as well (slower; for measuring what 16-bit dot
+    operands cost in accuracy)."""
+    if q_dtype != cache_dtype or cache_dtype == torch.float32 or fp32_dot:
         return True
-    if os.environ.get("EAGLE_HAL_ATTN_FP32_DOT") == "1":
-        return True
-    return cache_dtype == torch.bfloat16 and os.environ.get("TRITON_INTERPRET") == "1"
+    return cache_dtype == torch.bfloat16 and settings.triton_interpreted()
 
 
 def _last_dim_contiguous(x: torch.Tensor) -> torch.Tensor:
@@ -98,6 +98,7 @@ def split_paged_attention(
     num_splits: int,
     partials: SplitPartials | None = None,
     block_keys: int = BLOCK_KEYS,
+    fp32_dot: bool = False,
 ) -> torch.Tensor:
     """Write ``k``/``v`` ``[T, H_kv, D]`` into ``k_cache``/``v_cache`` at ``out_cache_loc``
     and attend with ``q`` ``[T, H, D]``; returns ``[T, H, D]`` in ``q.dtype``.
@@ -107,7 +108,8 @@ def split_paged_attention(
     elements) filters the own run when given. ``kv_order`` is ``"NHD"`` or ``"HND"``.
     ``partials`` is scratch for ``num_splits > 1`` (allocated when ``None``, ignored for
     one split);
-    ``block_keys`` (a power of two, at least 16) is the key tile. Launches one kernel, plus
+    ``block_keys`` (a power of two, at least 16) is the key tile; ``fp32_dot`` gives 16-bit
+    caches float32 dot operands too (``_dot_in_float32``). Launches one kernel, plus
     the merge when ``num_splits > 1``; reads no device value on the host. Raises
     ``ValueError`` for inconsistent shapes."""
     num_tokens, num_heads, head_dim = q.shape
@@ -168,7 +170,7 @@ def split_paged_attention(
         NUM_SPLITS=num_splits,
         HAS_ANCESTORS=ancestor_slots is not None,
         HAS_TREE_MASK=tree_mask is not None,
-        DOT_FP32=_dot_in_float32(q.dtype, k_cache.dtype),
+        DOT_FP32=_dot_in_float32(q.dtype, k_cache.dtype, fp32_dot),
         num_warps=max(4, min(8, block_keys * block_dim // _ELEMENTS_PER_WARP)),
     )
     if num_splits > 1:

@@ -39,9 +39,10 @@ latency, and the ``tl.dot`` kernel walks ``K`` tile by tile with 16-row padding)
 in another order than the ``tl.dot`` kernel, so in 16-bit a decoded token and the same
 token in a larger verify batch may round differently (see ``default_config``). Its dot
 mode (``LaunchConfig.dot``) keeps the one wave of weight loads but multiplies 16 or 32
-rows at a time with ``tl.dot``, for verify batches and small decode batches (chosen by
-``EAGLE_HAL_FUSED_LINEAR_WIDE``, ``EAGLE_HAL_FUSED_LINEAR_CONFIG`` or ``EAGLE_HAL_GEMV``;
-not a default: on the H200 it was no faster than the ``tl.dot`` kernel at 1-16 rows).
+rows at a time with ``tl.dot``, for verify batches and small decode batches (chosen by a
+``LaunchPolicy``'s ``wide``, ``forced`` or ``gemv``; not a default: on an H200
+``benchmarks/bench_fused_linear.py --rows 1,6,16 --configs g16x8x16d`` shows it no faster
+than the ``tl.dot`` kernel at 1-16 rows).
 
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
@@ -51,24 +52,29 @@ Under ``TRITON_INTERPRET=1`` the kernels run on CPU tensors (16-bit operands are
 float32 for the dot, as the interpreter multiplies bfloat16 as raw integers).
 
 This module checks the arguments, picks each projection's launch and starts the kernel.
-The launches (``LaunchConfig``, ``default_config``) are in ``fused_linear_config``, the
-kernels in ``fused_linear_kernel`` and ``fused_gemv_kernel``.
+The launches (``LaunchConfig``, ``LaunchPolicy``, ``default_config``) are in
+``fused_linear_config``, the kernels in ``fused_linear_kernel`` and ``fused_gemv_kernel``.
+``fused_linear_kernels`` bundles the three projections for a model's ``ModelKernels``,
+under the shipped launch policy or another one (to measure it end to end).
 """
 
 from __future__ import annotations
 
-import os
+import functools
 
 import torch
 import triton
 
+from eagle_hal import settings
 from eagle_hal.hal.model_kernels import FusedLinearKernels
 from eagle_hal.ops.reference_checks import next_power_of_2
 from eagle_hal.ops.triton.fused_gemv_kernel import fused_gemv_kernel
 from eagle_hal.ops.triton.fused_linear_config import (
+    DEFAULT_POLICY,
     GEMV_DOT_MAX_PER_THREAD,
     GEMV_MAX_TILE,
     LaunchConfig,
+    LaunchPolicy,
     default_config,
 )
 from eagle_hal.ops.triton.fused_linear_kernel import fused_linear_kernel
@@ -76,37 +82,30 @@ from eagle_hal.ops.triton.fused_linear_kernel import fused_linear_kernel
 __all__ = [
     "FUSED_LINEAR_KERNELS",
     "MAX_TOKENS",
+    "MAX_TOKENS_16BIT",
     "LaunchConfig",  # from fused_linear_config: the type of every ``config`` argument
+    "LaunchPolicy",  # from fused_linear_config: the type of every ``policy`` argument
+    "fused_linear_kernels",
     "gate_up_silu",
     "linear",
     "qkv_rotary",
 ]
 
 MAX_TOKENS = 32  # rows per forward up to which a layer takes the fused path
-
-
-def _max_tokens_16bit() -> int:
-    """Rows up to which a 16-bit forward takes the fused path: 16, or
-    ``EAGLE_HAL_FUSED_MAX_ROWS_16BIT`` (1-32; 32 restores the fused 17-32-row launches, to
-    measure them end to end). On the H200 a 32-row bf16 layer took 36.0 us fused (32-row
-    tiles, 64-wide reductions) against 24.0 us unfused (cuBLAS with Triton norm, rotary
-    and SiLU; ``docs/benchmarks/h200-2026-12-03d/micro``); on an H100 with this kernel
-    35.1-35.4 against 24.0-24.4 at 17, 24 and 32 rows, and 23.2-23.3 against 24.0-24.3 at
-    8 and 16 (``h200-2026-12-05c/az4``): up to 16 rows the fused layer is the faster one.
-    Batch 2's verify pass of N = 16 trees (32 rows) and plain decoding at batch 17-32 sat
-    in that range (the twenty-first session's ledger)."""
-    text = os.environ.get("EAGLE_HAL_FUSED_MAX_ROWS_16BIT", "")
-    if not text:
-        return 16
-    if not text.isdigit() or not 1 <= int(text) <= MAX_TOKENS:
-        raise ValueError(f"EAGLE_HAL_FUSED_MAX_ROWS_16BIT={text!r}: expected 1-{MAX_TOKENS}")
-    return int(text)
+# Rows up to which a 16-bit forward takes the fused path by default; larger ones run
+# faster through the GEMMs. ``benchmarks/bench_fused_linear.py --rows 8,16,17,24,32``
+# (SmolLM2-135M's layer, bf16) gives on an H100 35.1-35.4 us fused (32-row tiles, 64-wide
+# reductions) against 24.0-24.4 us unfused (cuBLAS with the Triton norm, rotary and SiLU)
+# at 17-32 rows, and 23.2-23.3 against 24.0-24.3 at 8 and 16 (on an H200, 36.0 against
+# 24.0 at 32 rows): up to 16 rows the fused layer is the faster one. Batch 2's verify pass
+# of N = 16 trees (32 rows) and plain decoding at batch 17-32 fall in that range.
+MAX_TOKENS_16BIT = 16
 
 _PLAIN, _SILU_MUL, _ROTARY = 0, 1, 2
 
 
 def _dot_in_float32(dtype: torch.dtype) -> bool:
-    return dtype == torch.float32 or os.environ.get("TRITON_INTERPRET") == "1"
+    return dtype == torch.float32 or settings.triton_interpreted()
 
 
 def _rows(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -162,14 +161,13 @@ def _launch(
     sin: torch.Tensor | None = None,
     half: int = 0,
     rotary_cols: int = 0,
-    config: LaunchConfig | None = None,
+    config: LaunchConfig,
 ) -> None:
     rows, k = x.shape
     if weight.shape[1] != k or weight.stride(-1) != 1:
         raise ValueError(f"weight {tuple(weight.shape)} does not take {k} input features")
     if rows == 0:
         return
-    config = config or default_config(x.dtype, rows)
     if config.gemv:
         per_program = config.rows_per_program or rows
         fused_gemv_kernel[(tiles, triton.cdiv(rows, per_program))](
@@ -214,14 +212,15 @@ def _launch(
 
 
 def _config_for(
-    x: torch.Tensor, k: int, paired: bool, config: LaunchConfig | None
+    x: torch.Tensor, k: int, paired: bool, config: LaunchConfig | None,
+    policy: LaunchPolicy = DEFAULT_POLICY,
 ) -> LaunchConfig:
-    """The launch for ``x``'s rows over a reduction of ``k``: ``config``, else the default;
-    a gemv config whose tiles would not fit (``GEMV_MAX_TILE``; in dot mode
-    ``GEMV_DOT_MAX_PER_THREAD``) becomes the ``tl.dot`` kernel's default. Depends on ``k``
-    and the row count's config only, so every row count up to 16 keeps one summation
+    """The launch for ``x``'s rows over a reduction of ``k``: ``config``, else the one
+    ``policy`` gives; a gemv config whose tiles would not fit (``GEMV_MAX_TILE``; in dot
+    mode ``GEMV_DOT_MAX_PER_THREAD``) becomes the ``tl.dot`` kernel's default. Depends on
+    ``k`` and the row count's config only, so every row count up to 16 keeps one summation
     order."""
-    config = config or default_config(x.dtype, x.shape[0])
+    config = config or default_config(x.dtype, x.shape[0], policy)
     if config.gemv:
         weight_tile = next_power_of_2(k) * config.block_n * (2 if paired else 1)  # elements
         if config.dot:  # the weight tile(s) and a step's [block_m, K] rows at once
@@ -264,8 +263,10 @@ def qkv_rotary(
     num_kv_heads: int,
     *,
     config: LaunchConfig | None = None,
+    policy: LaunchPolicy = DEFAULT_POLICY,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """See ``FusedLinearKernels.qkv_rotary``."""
+    """See ``FusedLinearKernels.qkv_rotary``; ``config``: the launch (default: the one
+    ``policy`` picks for the rows)."""
     x = _rows(x, "x")
     _check_rows(x)
     heads = num_heads + 2 * num_kv_heads
@@ -282,7 +283,7 @@ def qkv_rotary(
         cos = cos.contiguous()
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
     half = head_dim // 2
-    config = _config_for(x, weight.shape[1], True, config)
+    config = _config_for(x, weight.shape[1], True, config, policy)
     _launch(
         x, weight, out, heads * triton.cdiv(half, config.block_n), width, _ROTARY,
         residual=residual, total=total, norm_weight=norm_weight, eps=eps, bias=bias,
@@ -308,8 +309,10 @@ def gate_up_silu(
     weight: torch.Tensor,
     *,
     config: LaunchConfig | None = None,
+    policy: LaunchPolicy = DEFAULT_POLICY,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``FusedLinearKernels.gate_up_silu``."""
+    """See ``FusedLinearKernels.gate_up_silu``; ``config`` and ``policy`` as for
+    ``qkv_rotary``."""
     x = _rows(x, "x")
     _check_rows(x)
     if weight.shape[0] % 2:
@@ -317,7 +320,7 @@ def gate_up_silu(
     width = weight.shape[0] // 2
     residual, total = _stream(x, residual)
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
-    config = _config_for(x, weight.shape[1], True, config)
+    config = _config_for(x, weight.shape[1], True, config, policy)
     _launch(
         x, weight, out, triton.cdiv(width, config.block_n), width, _SILU_MUL,
         residual=residual, total=total, norm_weight=norm_weight, eps=eps, config=config,
@@ -332,8 +335,10 @@ def linear(
     add: torch.Tensor | None = None,
     *,
     config: LaunchConfig | None = None,
+    policy: LaunchPolicy = DEFAULT_POLICY,
 ) -> torch.Tensor:
-    """See ``FusedLinearKernels.linear``."""
+    """See ``FusedLinearKernels.linear``; ``config`` and ``policy`` as for
+    ``qkv_rotary``."""
     x = _rows(x, "x")
     _check_rows(x)
     width = weight.shape[0]
@@ -342,7 +347,7 @@ def linear(
             raise ValueError(f"add {tuple(add.shape)} must be [{x.shape[0]}, {width}]")
         add = _rows(add, "add")
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
-    config = _config_for(x, weight.shape[1], False, config)
+    config = _config_for(x, weight.shape[1], False, config, policy)
     _launch(
         x, weight, out, triton.cdiv(width, config.block_n), width, _PLAIN, bias=bias, add=add,
         config=config,
@@ -350,10 +355,26 @@ def linear(
     return out
 
 
-FUSED_LINEAR_KERNELS = FusedLinearKernels(
-    max_tokens=MAX_TOKENS,
-    qkv_rotary=qkv_rotary,
-    gate_up_silu=gate_up_silu,
-    linear=linear,
-    max_tokens_16bit=_max_tokens_16bit(),
-)
+def fused_linear_kernels(
+    policy: LaunchPolicy = DEFAULT_POLICY, max_tokens_16bit: int = MAX_TOKENS_16BIT
+) -> FusedLinearKernels:
+    """The three projections as ``FusedLinearKernels``, launched under ``policy``, for
+    forwards of up to ``MAX_TOKENS`` rows (16-bit ones up to ``max_tokens_16bit``, 1 to
+    ``MAX_TOKENS``). The defaults are ``FUSED_LINEAR_KERNELS``; others measure another
+    choice end to end, e.g. ``dataclasses.replace(kernels,
+    fused_linear=fused_linear_kernels(max_tokens_16bit=32))`` for a model's kernels."""
+    if policy == DEFAULT_POLICY:
+        functions = qkv_rotary, gate_up_silu, linear
+    else:
+        functions = tuple(functools.partial(f, policy=policy)
+                          for f in (qkv_rotary, gate_up_silu, linear))
+    return FusedLinearKernels(
+        max_tokens=MAX_TOKENS,
+        qkv_rotary=functions[0],
+        gate_up_silu=functions[1],
+        linear=functions[2],
+        max_tokens_16bit=max_tokens_16bit,
+    )
+
+
+FUSED_LINEAR_KERNELS = fused_linear_kernels()

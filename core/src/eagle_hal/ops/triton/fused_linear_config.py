@@ -2,25 +2,25 @@
 
 ``LaunchConfig`` names a launch: the ``tl.dot`` kernel's tiles and split-K, or the
 matrix-vector kernel's columns per program, rows per step and modes. ``default_config``
-picks one per activation dtype and row count; the ``EAGLE_HAL_FUSED_LINEAR_CONFIG``,
-``EAGLE_HAL_GEMV`` and ``EAGLE_HAL_FUSED_LINEAR_WIDE`` variables override it to measure
-another end to end (benchmarks).
+picks one per activation dtype and row count under a ``LaunchPolicy``; the default policy
+is the shipped choice, another one measures a different choice end to end (benchmarks:
+``fused_linear.fused_linear_kernels(policy)`` in a model's kernels).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import os
 
 import torch
 
 __all__ = [
+    "DEFAULT_POLICY",
     "GEMV_CONFIG",
     "GEMV_DOT_MAX_PER_THREAD",
     "GEMV_MAX_TILE",
     "GEMV_ROWS",
     "LaunchConfig",
+    "LaunchPolicy",
     "default_config",
 ]
 
@@ -113,17 +113,58 @@ GEMV_ROWS = 4  # 16-bit forwards of up to this many rows take the gemv kernel by
 GEMV_CONFIG = LaunchConfig(block_n=2, num_warps=2, gemv=True, prefetch=True)
 
 
-def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
-    """The launch for ``rows`` rows of ``dtype``. 16-bit rows up to ``GEMV_ROWS`` take the
-    matrix-vector kernel (``GEMV_CONFIG``: two output columns per program on two warps,
-    the next row's loads in flight while a row sums). On an H200, SmolLM2-135M's layer
-    (attention excluded, ``benchmarks/bench_fused_linear.py``, lease Z) then takes 11.8 /
-    13.9 / 18.0 / 22.4 us at 1 / 2 / 4 / 6 rows against 22.7-23.0 with the ``tl.dot``
-    kernel and 23.8-23.9 unfused; from 8 rows on the ``tl.dot`` kernel is faster, and
-    ``GEMV_ROWS`` stops at 4, where the margin is clear. From ``GEMV_ROWS + 1`` to 16 rows
-    the ``tl.dot`` kernel takes 256-wide reduction tiles; float32 and 17-32 rows take
-    64-wide tiles (register pressure). No split-K by default: an H200 sweep found it no
-    faster.
+@dataclasses.dataclass(frozen=True, slots=True)
+class LaunchPolicy:
+    """Which launch 16-bit forwards of up to 16 rows take (float32 and 17-32 rows always
+    take ``LaunchConfig(block_k=64)``). The defaults are the shipped choice
+    (``default_config``); other values measure another choice end to end.
+
+    ``forced``: one launch for every 16-bit row count up to 16 (the fields below unused).
+    ``gemv_rows``: rows (0-16) up to which the matrix-vector launch ``gemv`` is taken.
+    ``wide``: the launch past ``gemv_rows`` up to 16 rows (verify passes); ``None``: the
+    ``tl.dot`` kernel with 256-wide reduction tiles."""
+
+    forced: LaunchConfig | None = None
+    gemv_rows: int = GEMV_ROWS
+    gemv: LaunchConfig = GEMV_CONFIG
+    wide: LaunchConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.gemv_rows <= 16:
+            raise ValueError(f"gemv_rows must be 0-16, got {self.gemv_rows}")
+        if not self.gemv.gemv:
+            raise ValueError(f"gemv must be a gemv launch (LaunchConfig(gemv=True)), got "
+                             f"{self.gemv}")
+
+    @classmethod
+    def with_gemv_split(cls, text: str) -> LaunchPolicy:
+        """The default policy with its gemv split spelt ``ROWS:gCONFIG`` (e.g. ``8:g2x2p``,
+        ``16:g16x8x16d``; see ``LaunchConfig.parse``), as a benchmark's flag gives it."""
+        try:
+            rows, config = text.split(":")
+            return cls(gemv_rows=int(rows), gemv=LaunchConfig.parse(config))
+        except ValueError as error:
+            raise ValueError(f"gemv split {text!r}: expected ROWS:gCONFIG with ROWS 0-16, "
+                             f"e.g. 8:g2x2p ({error})") from None
+
+
+DEFAULT_POLICY = LaunchPolicy()
+
+
+def default_config(
+    dtype: torch.dtype, rows: int, policy: LaunchPolicy = DEFAULT_POLICY
+) -> LaunchConfig:
+    """The launch for ``rows`` rows of ``dtype`` under ``policy``. By default 16-bit rows
+    up to ``GEMV_ROWS`` take the matrix-vector kernel (``GEMV_CONFIG``: two output columns
+    per program on two warps, the next row's loads in flight while a row sums): for
+    SmolLM2-135M's layer on an H200 (attention excluded, ``benchmarks/bench_fused_linear.py
+    --rows 1,2,4,6,8``) it takes 11.8 / 13.9 / 18.0 / 22.4 us at 1 / 2 / 4 / 6 rows against
+    22.7-23.0 with the ``tl.dot`` kernel and 23.8-23.9 unfused; from 8 rows on the
+    ``tl.dot`` kernel is faster, and ``GEMV_ROWS`` stops at 4, where the margin is clear.
+    From ``GEMV_ROWS + 1`` to 16 rows the ``tl.dot`` kernel takes 256-wide reduction tiles;
+    float32 and 17-32 rows take 64-wide tiles (register pressure). No split-K by default:
+    the sweep of ``benchmarks/bench_fused_linear.py`` (its default ``--configs``) finds it
+    no faster on an H200.
 
     A row's summation order is the same for every row count that shares a config: 1 to
     ``GEMV_ROWS`` rows, ``GEMV_ROWS + 1`` to 16 (float32: 1 to 16), 17 to 32. So in
@@ -131,48 +172,8 @@ def default_config(dtype: torch.dtype, rows: int) -> LaunchConfig:
     ``GEMV_ROWS + 1`` to 16 rows can round differently; in float32 they cannot."""
     if dtype == torch.float32 or rows > 16:
         return LaunchConfig(block_k=64)
-    forced = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_CONFIG", ""))
-    if forced:
-        return forced
-    gemv_rows, gemv = _gemv_default(os.environ.get("EAGLE_HAL_GEMV", ""))
-    if rows <= gemv_rows:
-        return gemv
-    # EAGLE_HAL_FUSED_LINEAR_WIDE=CONFIG: the launch for the rows past the gemv split up
-    # to 16 (verify passes), to measure one end to end (benchmarks)
-    wide = _forced_config(os.environ.get("EAGLE_HAL_FUSED_LINEAR_WIDE", ""),
-                          "EAGLE_HAL_FUSED_LINEAR_WIDE")
-    return wide or LaunchConfig(block_k=256, splits=1)
-
-
-@functools.lru_cache(maxsize=4)
-def _gemv_default(text: str) -> tuple[int, LaunchConfig]:
-    """(rows up to which 16-bit forwards take the gemv kernel, its config):
-    ``GEMV_ROWS`` and ``GEMV_CONFIG``, or ``EAGLE_HAL_GEMV=ROWS:CONFIG`` (e.g.
-    ``8:g2x2p``, ``16:g16x8x16d``) to measure another split end to end (benchmarks)."""
-    if not text:
-        return GEMV_ROWS, GEMV_CONFIG
-    try:
-        rows, config = text.split(":")
-        parsed = LaunchConfig.parse(config)
-        if not parsed.gemv or not 0 <= int(rows) <= 16:
-            raise ValueError("want rows 0-16 and a gemv config")
-        return int(rows), parsed
-    except ValueError as error:
-        raise ValueError(f"EAGLE_HAL_GEMV={text!r}: expected ROWS:gCONFIG, e.g. 8:g2x2p "
-                         f"({error})") from None
-
-
-@functools.lru_cache(maxsize=4)
-def _forced_config(
-    text: str, variable: str = "EAGLE_HAL_FUSED_LINEAR_CONFIG"
-) -> LaunchConfig | None:
-    """``EAGLE_HAL_FUSED_LINEAR_CONFIG=BLOCK_NxBLOCK_KxWARPSxSTAGES[xSPLITS]`` (or
-    ``gBLOCK_NxWARPS[xBLOCK_M][p|d][rROWS]``): the launch for 16-bit rows up to 16, to measure a
-    configuration end to end (benchmarks). ``variable``: the name to put in an error
-    (``EAGLE_HAL_FUSED_LINEAR_WIDE`` parses the same way)."""
-    if not text:
-        return None
-    try:
-        return LaunchConfig.parse(text)
-    except ValueError as error:
-        raise ValueError(f"{variable}: {error}") from None
+    if policy.forced is not None:
+        return policy.forced
+    if rows <= policy.gemv_rows:
+        return policy.gemv
+    return policy.wide or LaunchConfig(block_k=256, splits=1)

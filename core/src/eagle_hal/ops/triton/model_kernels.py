@@ -18,9 +18,9 @@ import triton
 import triton.language as tl
 
 from eagle_hal.hal.model_kernels import ModelKernels
+from eagle_hal.ops.reference_checks import next_power_of_2
 from eagle_hal.ops.triton.fused_linear import FUSED_LINEAR_KERNELS
 from eagle_hal.ops.triton.topk_kernels import softmax_topk
-from eagle_hal.ops.reference_checks import next_power_of_2
 
 __all__ = ["TRITON_MODEL_KERNELS", "add_rms_norm", "rms_norm", "rotary", "silu_mul"]
 

@@ -8,8 +8,8 @@ candidates against each other at once (a ``[BLOCK, BLOCK]`` comparison), keeps t
 best in candidate order and maps each parent's candidate id to its verify node.
 ``build_tree_kernel``: one program per (request, node). The node walks up its parent chain
 to collect its ancestors (the mask row) and its depth; first child and next sibling come
-from one masked vector reduction over the request's parents. Written for any Triton target: no warp-size
-assumption, every block a power of two with masked tails.
+from one masked vector reduction over the request's parents. Written for any Triton
+target: no warp-size assumption, every block a power of two with masked tails.
 """
 
 from __future__ import annotations
