@@ -39,8 +39,9 @@ def _tracked() -> list[str]:
 
 
 def test_the_pattern_catches_what_it_is_for():
-    for line in ("measured in the third session", "on lease BH", "see issue 41",
-                 "leaseBB_call1.sh", "1,543 device-seconds"):
+    # spelt in pieces, so that this file does not itself carry the words it looks for
+    for line in ("measured in the third " + "session", "on lea" + "se BH", "see iss" + "ue 41",
+                 "leaseBB" + "_call1.sh", "1,543 device-" + "seconds"):
         assert _history(line), line
     for line in ("a conformance session runs pytest", "the lease of a page", "issue a warning"):
         assert not _history(line), line
