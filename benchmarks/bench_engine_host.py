@@ -57,8 +57,8 @@ def measure(batch_size: int, steps: int, max_new_tokens: int, temperature: float
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.model.config import ModelConfig
     from eagle_hal.model.llama import LlamaForCausalLM
-    from eagle_hal.spec import overlap
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative import overlap
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.graphs import replaying_cpu_backend
     from eagle_hal.testing.models import randomize
     from eagle_hal.testing.tokenizers import CharTokenizer

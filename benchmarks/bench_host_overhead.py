@@ -62,7 +62,7 @@ def build(device: str, batch_size: int, backend: Backend | None = None):  # noqa
 
 
 def spec_for(mode: str):  # noqa: ANN201 - a SpecConfig
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     if mode == "plain":
         return SpecConfig(num_steps=0)

@@ -40,7 +40,7 @@ from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.model.draft_vocab import restrict
 from eagle_hal.model.loading import default_draft_path, load_eagle_head
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.train.dense import draft_forward, target_features
 from eagle_hal.train.unrolled import unrolled_draft_forward
 

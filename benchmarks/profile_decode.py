@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 from eagle_hal import LLM, SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from torch.profiler import ProfilerActivity, profile
 
 _LAUNCH_NAMES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")

@@ -51,7 +51,7 @@ def main() -> int:
 
     from eagle_hal.api import LLM  # noqa: PLC0415
     from eagle_hal.engine.request import SamplingParams  # noqa: PLC0415
-    from eagle_hal.spec.config import SpecConfig  # noqa: PLC0415
+    from eagle_hal.speculative.config import SpecConfig  # noqa: PLC0415
 
     backend, target, draft, prompts = build_models(args)
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from eagle_hal import select_backend
 from eagle_hal.commands import bench, bench_warmup
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 MTBENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "mt_bench_question.jsonl"

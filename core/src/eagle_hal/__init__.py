@@ -40,7 +40,7 @@ _LAZY_EXPORTS: dict[str, str] = {
     "PromptTooLong": "eagle_hal.api",
     "SamplingParams": "eagle_hal.engine.request",
     "RequestOutput": "eagle_hal.engine.request",
-    "SpecConfig": "eagle_hal.spec.config",
+    "SpecConfig": "eagle_hal.speculative.config",
 }
 
 __all__ = ["__version__", *_LAZY_EXPORTS]
@@ -67,7 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only (exporte
     )
     from eagle_hal.hookspecs import hookimpl  # noqa: F401
     from eagle_hal.registry import BackendInfo, Registry, list_backends, select_backend  # noqa: F401
-    from eagle_hal.spec.config import SpecConfig  # noqa: F401
+    from eagle_hal.speculative.config import SpecConfig  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

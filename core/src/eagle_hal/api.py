@@ -23,8 +23,8 @@ from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.engine.scheduler import Scheduler, SchedulerConfig
 from eagle_hal.errors import EagleHalError
 from eagle_hal.hal.model_kernels import ModelKernels
-from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.worker import EagleWorker
+from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.worker import EagleWorker
 
 __all__ = ["LLM", "Prompt", "PromptTooLong"]
 

@@ -290,7 +290,7 @@ def check_spec_kind(kind: str) -> None:
 
 def library_default_spec(kind: str = "chain") -> Any:
     """The library's default ``SpecConfig`` of ``kind`` (see ``Backend.default_spec``)."""
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     check_spec_kind(kind)
     if kind == "chain":

@@ -10,7 +10,7 @@ import pytest
 import torch
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 pytestmark = pytest.mark.gpu
@@ -89,7 +89,7 @@ def test_overlapped_speculation_equals_speculation_read_back_each_iteration(
     """Speculative iterations chained on the device, one in flight
     (spec/speculative_overlap.py, on by default on CUDA), give the tokens and the verify
     passes of iterations read back one by one, as requests join and finish (float32)."""
-    from eagle_hal.spec import speculative_overlap
+    from eagle_hal.speculative import speculative_overlap
 
     target, head = pair
     params = [SamplingParams(max_new_tokens=n) for n in (40, 7, 31, 3, 18)]

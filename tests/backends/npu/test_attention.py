@@ -205,7 +205,7 @@ def test_end_to_end_generation_equals_plain_decoding(emulation):
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.registry import select_backend
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
     target = near_bigram_target(seed=5)

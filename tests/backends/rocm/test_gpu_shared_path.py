@@ -62,7 +62,7 @@ def test_speculation_is_lossless(rocm_on_gpu, graphs):
     """EAGLE through the ROCm classes on the GPU equals plain decoding on the same backend."""
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
     target = near_bigram_target(seed=5, device=rocm_on_gpu.torch_device)

@@ -17,7 +17,7 @@ from eagle_hal.backend import TreeMaskMode
 from eagle_hal.backends.cpu.backend import CpuBackend
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.graphs import EmulatedGraphCapture
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 30))]

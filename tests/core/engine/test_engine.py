@@ -11,7 +11,7 @@ import pytest
 from eagle_hal import select_backend
 from eagle_hal.api import LLM, PromptTooLong
 from eagle_hal.engine.request import FinishReason, SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 from eagle_hal.testing.tokenizers import CharTokenizer
 

@@ -2,8 +2,8 @@
 (``engine/graph_draft_loop.py``), on CPU.
 
 Oracle: for the captured chain loop, the step-by-step chain draft with graphs off
-(``spec.drafting.draft_chain``) on the same requests, and for the tree loop the
-level-by-level draft (``spec.drafting.draft_tree``); for whole runs, greedy plain decoding
+(``speculative.drafting.draft_chain``) on the same requests, and for the tree loop the
+level-by-level draft (``speculative.drafting.draft_tree``); for whole runs, greedy plain decoding
 of the same target through the eager CPU reference backend (pure-torch attention, no
 graphs). The backends under test (``graph_runner_backends``) capture with the strict
 ``EmulatedGraphCapture`` (``eagle_hal.testing.graphs``): a replay re-runs a snapshot of the
@@ -21,8 +21,8 @@ from eagle_hal.backend import TreeMaskMode
 from eagle_hal.conformance.runner_scene import BRANCHES, DRAFT_STEPS, RunnerScene
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.sampling import TreeShape
-from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import draft_chain, draft_tree
+from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.drafting import draft_chain, draft_tree
 from eagle_hal.testing.models import tiny_eagle1
 from graph_runner_backends import (
     PARAMS,

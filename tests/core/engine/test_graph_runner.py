@@ -20,7 +20,7 @@ import torch
 from eagle_hal.api import LLM
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, tiny_eagle1, tiny_target
 from graph_runner_backends import (
     PARAMS,

@@ -8,7 +8,7 @@ from eagle_hal.api import LLM
 from eagle_hal.engine.page_allocator import PageAllocator, RequestTokenTable
 from eagle_hal.engine.request import FinishReason, Request, SamplingParams
 from eagle_hal.engine.scheduler import DecodeWork, PrefillWork, Scheduler, SchedulerConfig
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 

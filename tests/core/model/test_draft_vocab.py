@@ -214,7 +214,7 @@ def test_sizes_a_head_cannot_use_are_refused_early(pair, tmp_path, capsys):
     from eagle_hal import select_backend
     from eagle_hal.api import LLM
     from eagle_hal.cli import main
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     cpu_backend = select_backend("cpu")
 

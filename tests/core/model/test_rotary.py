@@ -71,7 +71,7 @@ class _Ops(TorchDispatchMode):
 def test_the_engine_gathers_cos_sin_from_its_table() -> None:
     """A model the engine runs was prepared: its decode steps compute no cos or sin."""
     from eagle_hal import LLM, SamplingParams, select_backend
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
     target = tiny_target(seed=3)
@@ -91,7 +91,7 @@ def test_a_head_with_fewer_positions_than_the_engine_context() -> None:
     import dataclasses
 
     from eagle_hal import LLM, SamplingParams, select_backend
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
     target = tiny_target(seed=3)

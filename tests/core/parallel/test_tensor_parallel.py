@@ -1,7 +1,7 @@
 """Tensor parallelism over 2 gloo processes on the CPU agrees with one process.
 
 Oracle: the single-process engine over the whole (unsharded) model, whose own losslessness
-tests/core/spec/test_worker.py establishes, and plain decoding (no draft) of that model.
+tests/core/speculative/test_worker.py establishes, and plain decoding (no draft) of that model.
 Each scenario (tiny random Llamas, float32, EAGLE chains/trees, sampling, the adaptive
 controller) runs once in 2 spawned ranks; the tests read the ranks' results.
 """

@@ -20,7 +20,7 @@ from eagle_hal.engine.request import SamplingParams
 from eagle_hal.model.draft_vocab import DraftVocabulary, restrict
 from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel
 from eagle_hal.model.loading import load_eagle_head
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.train.checkpoint import RECIPE_KEY, read_recipe
 from eagle_hal.train.dataset import DistillDataset
 from eagle_hal.train.dense import target_features

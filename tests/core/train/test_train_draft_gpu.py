@@ -12,7 +12,7 @@ from eagle_hal.api import LLM
 from eagle_hal.cli import main
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.model.loading import load_eagle_head, load_target
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.train.checkpoint import read_recipe
 from eagle_hal.train.dataset import DistillDataset
 

@@ -2,7 +2,7 @@
 and EAGLE-3 heads.
 
 Oracle: the inference path on the CPU backend (ModelRunner, paged KV, the reference
-attention backend), driven as ``spec.drafting.draft_chain`` drives it: a DRAFT_EXTEND over
+attention backend), driven as ``speculative.drafting.draft_chain`` drives it: a DRAFT_EXTEND over
 the prefix ``0 .. o`` with the target's features, then one DRAFT_DECODE per depth, each
 reading the next true token with the previous output and attending to the prefix plus the
 chain's scratch slots. Its depth-``s`` output must equal ``g_s[o + s - 1]`` of one dense

@@ -145,7 +145,7 @@ class _Measurement:
 
     def row(self, split: bool) -> dict[str, Any]:
         """The row of the timed runs, then (``split``) the per-phase split pass."""
-        from eagle_hal.spec.worker import IterationTimes
+        from eagle_hal.speculative.worker import IterationTimes
 
         llm, outputs, worker = self.llm, self.outputs, self.llm.worker
         graphs = getattr(llm.runner, "graphs", None)

@@ -55,7 +55,7 @@ class BenchConfig:
     def spec_for(self, mode: str) -> Any:
         """The ``SpecConfig`` of ``mode``: its own settings (``mode_spec``) over the run's
         over the base spec of its kind."""
-        from eagle_hal.spec.config import SpecConfig
+        from eagle_hal.speculative.config import SpecConfig
 
         kind, given = mode_spec(mode)
         given.pop("V", None)

@@ -5,10 +5,11 @@ graphs area's bucket and padding checks.
 on the backend, in a ``ModelRunner`` whose ``GraphRunner`` captures with the backend's
 ``GraphCapture`` in the buckets ``BUCKETS``, at the backend's preferred page size. Requests
 get ragged cached lengths whose target and draft K/V are random. The three captured forwards
-are built as the EAGLE worker builds them (``spec.worker``, ``spec.drafting``): TARGET_VERIFY
+are built as the EAGLE worker builds them (``speculative.worker``,
+``speculative.drafting``): TARGET_VERIFY
 over a random tree, the DRAFT_DECODE step of each draft depth, a uniform DRAFT_EXTEND; each
 runs through the runner (graphs) or eagerly (graphs off for the call). ``chain_inputs``
-gives the chain draft's inputs (``spec.drafting.draft_chain``, whose whole loop the graph
+gives the chain draft's inputs (``speculative.drafting.draft_chain``, whose whole loop the graph
 runner captures as one graph) as the worker uploads them.
 """
 
@@ -23,7 +24,7 @@ from eagle_hal.conformance.paged import encode_tree_mask, preferred_page_size, r
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
-from eagle_hal.spec.drafting import DraftInputs, DraftState
+from eagle_hal.speculative.drafting import DraftInputs, DraftState
 
 __all__ = ["BUCKETS", "RunnerScene"]
 
@@ -126,7 +127,7 @@ class RunnerScene:
     def _draft_decode_batch(self, rows: list[int], seq_lens: list[int],
                             depth_index: int) -> tuple[ForwardBatch, torch.Tensor]:
         """Depth ``depth_index + 1``: each branch sees a random ancestor branch at every
-        earlier depth, then itself (scratch layout of ``spec.drafting``)."""
+        earlier depth, then itself (scratch layout of ``speculative.drafting``)."""
         runner, size, k = self.runner, len(rows), BRANCHES
         scratch = torch.tensor(runner.host_slots(rows, seq_lens, DRAFT_STEPS * k))
         scratch = scratch.view(size, DRAFT_STEPS, k)  # [B, S, K] slots by depth and branch
@@ -146,7 +147,7 @@ class RunnerScene:
         return batch, self._features(size * k)
 
     def chain_inputs(self, rows: list[int], seq_lens: list[int]) -> DraftInputs:
-        """A chain draft's inputs (top-1, up to ``RESERVE`` steps) as ``spec.worker`` uploads
+        """A chain draft's inputs (top-1, up to ``RESERVE`` steps) as ``speculative.worker`` uploads
         them: the reserved positions as scratch, random roots, first draft tokens and draft
         hidden states."""
         runner, size = self.runner, len(rows)
@@ -163,7 +164,7 @@ class RunnerScene:
 
     def tree_inputs(self, rows: list[int], seq_lens: list[int]) -> DraftInputs:
         """A tree draft's inputs (top-``BRANCHES``, ``DRAFT_STEPS`` levels) as
-        ``spec.worker`` uploads them: the reserved positions as scratch, random roots, the
+        ``speculative.worker`` uploads them: the reserved positions as scratch, random roots, the
         root's children (random tokens, distinct random probabilities) and hidden states."""
         runner, size, topk = self.runner, len(rows), BRANCHES
         positions = [s + d for d in range(DRAFT_STEPS - 1) for s in seq_lens for _ in range(topk)]

@@ -1,6 +1,6 @@
 """The draft's chain loop captured as one device graph, for ``engine.graph_draft_loop``.
 
-``spec.drafting.draft_chain`` (top-1, S steps) runs S - 1 DRAFT_DECODE forwards of the
+``speculative.drafting.draft_chain`` (top-1, S steps) runs S - 1 DRAFT_DECODE forwards of the
 draft head, each followed by its lm_head top-1, then lays the chain out as a verify tree.
 Step by step, every forward costs a host-built ``ForwardBatch``, a replay with its copies
 into static buffers, and the eager top-1 and layout ops. ``ChainGraph`` records all of it
@@ -16,7 +16,7 @@ Inside the graph, step ``d`` (depth ``d + 1``) runs at positions ``seq_len + d``
 on the device; writes its K/V at ``scratch[:, d]`` and attends to ``scratch[:, :d + 1]``
 (views of the scratch input, so refreshing the input refreshes every step's batch); and its
 top-1 token is written to ``tokens[d + 1]``, the next step's input ids. The outputs are the
-verify tree of ``spec.drafting.chain_layout`` (tree-block or bit-packed mask): the graph
+verify tree of ``speculative.drafting.chain_layout`` (tree-block or bit-packed mask): the graph
 computes its tokens and positions; the rest (index, links, mask) depends on the bucket and
 S alone and is built once, before the capture.
 
@@ -38,7 +38,7 @@ import torch
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 from eagle_hal.hal.sampling import VerifyTree
-from eagle_hal.spec.drafting import chain_layout
+from eagle_hal.speculative.drafting import chain_layout
 
 __all__ = ["ChainGraph", "record_with_own_outputs", "replay_draft_loop"]
 

@@ -29,7 +29,7 @@ __all__ = ["Engine", "StepResult", "Worker"]
 
 
 class Worker(Protocol):
-    """What the engine needs from a decoding worker (``spec.worker``)."""
+    """What the engine needs from a decoding worker (``speculative.worker``)."""
 
     def headroom(self, batch_size: int) -> int:
         """Positions past a request's cached length that one decode iteration may reserve."""
@@ -43,7 +43,7 @@ class Worker(Protocol):
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
         """One decode iteration over running requests; returns each one's emitted tokens.
         A worker that keeps an iteration in flight returns them one call late (``[]`` for
-        a request the call only launched) and offers ``drain()`` (see ``spec.overlap``)."""
+        a request the call only launched) and offers ``drain()`` (see ``speculative.overlap``)."""
         ...
 
     def release(self, request: Request) -> None:

@@ -1,6 +1,6 @@
 """The draft's chain and tree loops as one device graph each, for ``engine.graph_runner``.
 
-The draft's chain loop (``spec.drafting.draft_chain``: top-1, S steps) is captured whole,
+The draft's chain loop (``speculative.drafting.draft_chain``: top-1, S steps) is captured whole,
 ``engine.chain_graph.ChainGraph``: its S - 1 DRAFT_DECODE forwards, their lm_head top-1 and
 the chain's verify layout in one graph per
 
@@ -48,7 +48,7 @@ def run_draft_chain(
     hidden: torch.Tensor,
     roots: torch.Tensor,
 ) -> VerifyTree | None:
-    """The chain draft of ``spec.drafting.draft_chain`` and its verify tree (node 0 =
+    """The chain draft of ``speculative.drafting.draft_chain`` and its verify tree (node 0 =
     ``roots``, then the S chain tokens) from one graph, or ``None`` (run it step by
     step). Captures on first sight of a (bucket, S).
 
@@ -90,7 +90,7 @@ def run_draft_tree(
     hidden: torch.Tensor,
     roots: torch.Tensor,
 ) -> VerifyTree | None:
-    """The tree draft of ``spec.drafting.draft_tree`` and its verify tree from one
+    """The tree draft of ``speculative.drafting.draft_tree`` and its verify tree from one
     graph (``engine.tree_graph``), or ``None`` (run it level by level). Captures on
     first sight of a (bucket, S, K, N).
 

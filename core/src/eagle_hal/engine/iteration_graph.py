@@ -1,6 +1,6 @@
 """An overlapped speculative iteration's verify-to-next-state part as one device graph.
 
-``spec.speculative_overlap`` builds each iteration on the device from the previous one.
+``speculative.speculative_overlap`` builds each iteration on the device from the previous one.
 After the draft loop (its own graph), the iteration is: the target's verify forward, the
 lm_head, the greedy accept, the move of the accepted path to the front of the verify block,
 the draft extend's inputs (the emitted tokens padded with the bonus token, positions,

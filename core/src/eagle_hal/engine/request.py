@@ -116,7 +116,7 @@ class Request:
     # KV bookkeeping (owned by the engine while RUNNING)
     table_row: int | None = None
     # tokens whose target KV is cached (the pending root is not); with an iteration in
-    # flight (spec.overlap) one more: the root's KV, whose next token is not read yet
+    # flight (speculative.overlap) one more: the root's KV, whose next token is not read yet
     cached_len: int = 0
     text: str = ""  # decoded output text so far (stop strings are cut from it)
     # incremental detokenisation (``engine.stopping``): the decode window's first output

@@ -9,7 +9,7 @@ decoding against the adaptive mode's at batch 64, and within it each depth's sha
 Each step is charged the time since the previous step ended (so the host's work between
 steps, on the tokens the last step emitted, counts as it does in the run's total), and the
 first step the time since ``start``. The periods of all steps add up to the run's wall
-time up to the last step's end. With one iteration in flight (``spec.overlap``) a step's
+time up to the last step's end. With one iteration in flight (``speculative.overlap``) a step's
 tokens are those of the iteration before it: the bucket is the step's batch, which differs
 from that iteration's only where the batch changed between them.
 """

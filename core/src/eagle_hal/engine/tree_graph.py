@@ -1,6 +1,6 @@
 """The draft's tree loop captured as one device graph, for ``engine.graph_draft_loop``.
 
-``spec.drafting.draft_tree`` (top-K, S levels, N verify nodes) runs S - 1 DRAFT_DECODE
+``speculative.drafting.draft_tree`` (top-K, S levels, N verify nodes) runs S - 1 DRAFT_DECODE
 forwards of the draft head over a frontier of K branches per request, each followed by the
 lm_head top-K and a tree step (``SamplingOps.grow_tree_step``: K*K candidates scored, the
 best K kept, their parents' hidden states gathered), then selects the N - 1 best nodes and

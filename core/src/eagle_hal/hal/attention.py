@@ -190,7 +190,7 @@ class AttentionBackend(abc.ABC):
     # Whether every forward reads the prefix lengths only from the batch's device tensors
     # (``prefix_lens``), never from ``prefix_lens_cpu``, which may then be any upper bound
     # of them. Then a decode iteration can be launched before the host knows how far the
-    # previous one advanced (``spec.speculative_overlap``). Off by default.
+    # previous one advanced (``speculative.speculative_overlap``). Off by default.
     lengths_read_in_forward: bool = False
     # Whether a causal extend (EXTEND, DRAFT_EXTEND) captured once may replay with other
     # per-request lengths: the graph runner then captures one prefill graph per token

@@ -47,7 +47,7 @@ def _bench_rank(
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.parallel.sharding import sharded_llama
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     dtype = getattr(torch, dtype_name)
     target = sharded_llama(_config(preset), context, dtype, backend.torch_device)

@@ -31,7 +31,7 @@ import torch
 from eagle_hal.backend import Backend
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.parallel.context import ParallelContext
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 
 __all__ = ["DEFAULT_SCENARIOS", "Scenario", "check_rank", "compare", "run_scenario", "run_sharded"]
 

@@ -1,6 +1,6 @@
 """A stand-in for the adaptive controller with a fixed schedule of depths.
 
-The real controller (``spec.adaptive``) chooses each iteration's depth from measured wall
+The real controller (``speculative.adaptive``) chooses each iteration's depth from measured wall
 times, so no two runs switch at the same iterations. Tests that must exercise switches
 deterministically (chains broken and restarted, catch-ups after S = 0) put this in the
 worker's ``controller`` instead: one depth per decode call, cycling through ``schedule``,

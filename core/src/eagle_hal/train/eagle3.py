@@ -13,7 +13,7 @@ What differs from EAGLE-1 (``train.loss``, ``train.trainer``):
 * **Alignment.** Step 1 at draft position ``i`` reads token ``x[i + 1]`` with
   ``fc(streams[i])`` (``project_target_features``, the inference code itself, so the
   gradient flows into ``fc``); step ``s >= 2`` reads the head's own step ``s - 1`` layer
-  output, before its ``norm``, as ``spec.drafting`` feeds ``run_draft``'s output back at
+  output, before its ``norm``, as ``speculative.drafting`` feeds ``run_draft``'s output back at
   inference (the next step's ``hidden_norm`` normalises it). ``train.loss.unrolled_loss``
   does the rest, exactly as for EAGLE-1.
 """

@@ -51,7 +51,7 @@ def engine_accept_length(
     greedy chain decoding with ``head`` (copied into the target's dtype) on ``backend``."""
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     inference_head = copy_head(head, target, target.dtype)
     longest = max(len(p) for p in prompts)

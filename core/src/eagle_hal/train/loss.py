@@ -1,6 +1,6 @@
 """EAGLE-1's training loss over a batch of padded sequences.
 
-Alignment (as at inference, see ``spec.worker``): the draft at position ``i`` reads token
+Alignment (as at inference, see ``speculative.worker``): the draft at position ``i`` reads token
 ``x[i + 1]`` with the target's feature ``f[i]`` and predicts the next feature ``f[i + 1]``,
 whose target distribution ``softmax(lm_head(f[i + 1]))`` is over token ``x[i + 2]``.
 Positions count where that predicted token is a real answer token (or the first one, read

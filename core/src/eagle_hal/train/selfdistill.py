@@ -204,7 +204,7 @@ def generate_shard(
     from tqdm import tqdm
 
     from eagle_hal.api import LLM
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     # No tokenizer in the engine: nothing here needs text as it streams (detokenising every
     # step costs host time per request); EOS comes in as stop token ids.

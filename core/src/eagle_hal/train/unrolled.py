@@ -13,7 +13,8 @@ and attends to ``K_1[j]`` for ``j <= o`` with ``o = i - s + 1``, and to ``K_{s'}
 for ``s' = 2 .. s`` (itself last). Positions with ``o < 0`` have no chain: they attend to
 themselves only (finite, never counted).
 
-Alignment with inference (``spec.worker`` module docstring, ``spec.drafting.draft_chain``):
+Alignment with inference (``speculative.worker`` module docstring,
+``speculative.drafting.draft_chain``):
 after the draft extend of an iteration, the draft's KV store holds positions
 ``0 .. seq_len - 1``, each computed from the target's feature, and the draft state's hidden
 is the extend's last output, at draft position ``o = seq_len - 1`` (it read the root token

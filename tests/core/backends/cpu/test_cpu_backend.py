@@ -100,7 +100,7 @@ def test_default_spec_is_a_chain_of_three(cpu_backend):
 
     from eagle_hal.backend import Backend, library_default_spec
     from eagle_hal.commands.generate import _spec
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
 
     spec = cpu_backend.default_spec()
     assert (spec.num_steps, spec.topk, spec.draft_tokens, spec.adaptive) == (3, 1, 4, False)

@@ -55,7 +55,7 @@ class CpuBackend(Backend):
         chain of S = 5 runs 0.79x and the library's adaptive default (K = 4, N = 16 trees)
         0.93-1.01x against the adaptive chains' 1.26x."""
         from eagle_hal.backend import check_spec_kind
-        from eagle_hal.spec.config import SpecConfig
+        from eagle_hal.speculative.config import SpecConfig
 
         check_spec_kind(kind)
         if kind == "tree":

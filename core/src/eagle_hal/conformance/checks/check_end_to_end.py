@@ -18,7 +18,7 @@ import torch
 
 from eagle_hal.backend import Backend
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 
 ALPHA = 1e-4
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8, 9], list(range(10, 40)), [42], list(range(60, 20, -3))]

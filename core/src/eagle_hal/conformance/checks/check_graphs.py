@@ -22,14 +22,14 @@ full batch of 4 used before) and beyond the largest bucket (eager). Target verif
 draft-decode depth and draft extend must give the eager forward's outputs (attention
 tolerances), leave the K/V of every slot but the batch's own and the padding page
 bit-identical, and release every page. ``test_chain_loop_equals_eager`` runs the draft's
-whole chain loop (``spec.drafting.draft_chain``, S = 3) through the same scene and batches,
+whole chain loop (``speculative.drafting.draft_chain``, S = 3) through the same scene and batches,
 where it replays as one graph of two DRAFT_DECODE forwards with their own metadata: the
 verify tree (chain tokens, positions, layout) must equal the step-by-step loop with graphs
 off exactly, the K/V at the draft's scratch slots within the attention tolerances (they
 are scrambled before the replay, so a step that writes nothing fails), every other slot
 but the padding page bit-identical; skipped for attention backends without
 ``multi_forward_graphs`` and for full tree masks. ``test_tree_loop_equals_eager`` does the
-same for the tree loop (``spec.drafting.draft_tree``, K = 2, S = 3, N = 5) as one graph,
+same for the tree loop (``speculative.drafting.draft_tree``, K = 2, S = 3, N = 5) as one graph,
 whose levels' ancestor slots are computed inside the graph; skipped also for backends
 without ``draft_slots_read_in_forward``. ``test_graph_decoding_equals_plain``
 decodes greedily with graphs on (batches shrink through the buckets as requests finish)
@@ -58,8 +58,8 @@ from eagle_hal.conformance.requirements import requires
 from eagle_hal.conformance.runner_scene import BUCKETS, RunnerScene
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
-from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import draft_chain
+from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.drafting import draft_chain
 
 pytestmark = requires("graph_capture")
 MODES = [ForwardMode.DRAFT_DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND]
@@ -258,7 +258,7 @@ def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
     full, padded and too-large batches; padded rows disturb no real K/V."""
     from eagle_hal.conformance.runner_scene import BRANCHES, DRAFT_STEPS
     from eagle_hal.hal.sampling import TreeShape
-    from eagle_hal.spec.drafting import draft_tree
+    from eagle_hal.speculative.drafting import draft_tree
 
     scene = RunnerScene(backend, seed=zlib.crc32(b"tree") % 1000)
     runner, graphs = scene.runner, scene.runner.graphs

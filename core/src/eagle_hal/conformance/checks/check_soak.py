@@ -9,7 +9,7 @@ import random
 
 from eagle_hal.backend import Backend
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 
 REQUESTS = 240
 VOCAB = 97

@@ -13,7 +13,7 @@ import pytest
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec import overlap as overlap_module
+from eagle_hal.speculative import overlap as overlap_module
 from eagle_hal.testing.models import near_bigram_target, tiny_target
 from eagle_hal.testing.tokenizers import CharTokenizer
 
@@ -155,7 +155,7 @@ class ScriptedDepths:
         self.observed.append((steps, accept_length))
 
 
-# S > 0 for two calls or more: its iterations overlap as well (spec.speculative_overlap),
+# S > 0 for two calls or more: its iterations overlap as well (speculative.speculative_overlap),
 # and a chain's first call only launches, so a single call at S > 0 would observe nothing
 @pytest.mark.parametrize("cycle", [(0, 0, 0, 3, 3, 0, 0, 1, 1, 1, 0),
                                    (0, 3, 3, 0, 3, 3, 5, 5, 0, 0, 0, 0, 0)])
@@ -166,7 +166,7 @@ def test_adaptive_idle_iterations_overlap_and_the_draft_catches_up(backend, cycl
     head that predicts it from the token it is fed accept a share of the drafted tokens
     that drops (0.92 -> 0.55 here) when the draft missed the idle iterations and guesses
     from a stale token."""
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.models import matching_eagle1
 
     bigram = near_bigram_target(seed=5, attention_scale=0.0)
@@ -206,7 +206,7 @@ def test_adaptive_idle_iterations_with_an_eagle3_head(backend):
     """EAGLE-3 reads the target's residual streams: the overlapped forward must return them."""
     import torch
     from eagle_hal.model.eagle import Eagle3DraftModel
-    from eagle_hal.spec.config import SpecConfig
+    from eagle_hal.speculative.config import SpecConfig
     from eagle_hal.testing.models import randomize, tiny_config
 
     target = tiny_target(seed=1, layers=4)

@@ -13,7 +13,7 @@ calls and every report to the controller is recorded.
 from __future__ import annotations
 
 from eagle_hal.api import LLM
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.adaptive import ScriptedController
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8, 9, 7, 9], [3, 2], [3, 8, 4, 6, 2, 6, 4, 3]]

@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import pytest
 from adaptive_cost_models import CANDIDATES, _CostModel, _drive
-from eagle_hal.spec.adaptive import AdaptiveController
-from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
+from eagle_hal.speculative.adaptive import AdaptiveController
+from eagle_hal.speculative.chain_acceptance import expected_accept_length, infer_acceptance_rate
 
 # (batch, alpha, verify ms, draft step ms, draft extend ms): the first is the measured batch-64
 # case (accept 2.5 at S = 5, drafting costly next to a cheap verify), where S = 0 is best

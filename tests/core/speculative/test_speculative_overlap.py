@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec import speculative_overlap as module
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative import speculative_overlap as module
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.adaptive import ScriptedController
 from eagle_hal.testing.models import matching_eagle1, tiny_target
 from eagle_hal.testing.tokenizers import CharTokenizer

@@ -19,12 +19,12 @@ them. Per decode iteration for B requests, S draft steps, top-k K, N verify node
 
 ``S = 0`` (the adaptive controller's choice) runs a one-node tree and no draft at all, so it
 costs what plain decoding costs: the emitted tokens and their features wait in
-``spec.catchup`` until the next iteration with S > 0 starts with one ragged draft extend
+``speculative.catchup`` until the next iteration with S > 0 starts with one ragged draft extend
 over them. With no draft model, or a fixed ``num_steps == 0``, the worker is plain
 decoding, the baseline. At S = 0, on a device that runs asynchronously to the host, the
-worker keeps one iteration in flight (``spec.overlap``), returning each iteration's tokens
-one call late; at S > 0 ``spec.speculative_overlap`` does the same. The iteration without
-overlap (steps 1-5 above) is ``spec.eager_iteration``'s.
+worker keeps one iteration in flight (``speculative.overlap``), returning each iteration's tokens
+one call late; at S > 0 ``speculative.speculative_overlap`` does the same. The iteration without
+overlap (steps 1-5 above) is ``speculative.eager_iteration``'s.
 
 Positions: the root sits at position ``seq_len`` (its KV is written by the verify); a draft
 node at depth d has target position ``seq_len + d``. The draft reads token ``p + 1`` with the
@@ -46,16 +46,16 @@ from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.engine.scheduler import Scheduler
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import SamplingOps
-from eagle_hal.spec import speculative_overlap
-from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
-from eagle_hal.spec.adaptive import AdaptiveController
-from eagle_hal.spec.catchup import CatchUpTotals, PendingDraftInputs
-from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import DraftState, DraftStates, single_node_tree
-from eagle_hal.spec.eager_iteration import decode_eager
-from eagle_hal.spec.overlap import InFlight, decode_overlapped, discard_in_flight, drain
-from eagle_hal.spec.reports import ControllerReports
-from eagle_hal.spec.speculative_overlap import SpecInFlight
+from eagle_hal.speculative import speculative_overlap
+from eagle_hal.speculative.acceptance import SamplingBatch, accept_tree
+from eagle_hal.speculative.adaptive import AdaptiveController
+from eagle_hal.speculative.catchup import CatchUpTotals, PendingDraftInputs
+from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.drafting import DraftState, DraftStates, single_node_tree
+from eagle_hal.speculative.eager_iteration import decode_eager
+from eagle_hal.speculative.overlap import InFlight, decode_overlapped, discard_in_flight, drain
+from eagle_hal.speculative.reports import ControllerReports
+from eagle_hal.speculative.speculative_overlap import SpecInFlight
 
 __all__ = ["EagleWorker", "IterationTimes"]
 
@@ -110,12 +110,12 @@ class EagleWorker:
         self.base_seed = runner.parallel.broadcast_ints([local_seed])[0]
         self.timed = timed
         # plain decoding launches each iteration before reading back the previous one
-        # (spec.overlap); on by default where the device runs asynchronously to the host
+        # (speculative.overlap); on by default where the device runs asynchronously to the host
         if overlap is None:
             overlap = runner.asynchronous
         self.overlap = overlap and runner.parallel.world_size == 1
         self._in_flight: InFlight | None = None
-        self._spec_flight: SpecInFlight | None = None  # spec.speculative_overlap
+        self._spec_flight: SpecInFlight | None = None  # speculative.speculative_overlap
         self.reports = ControllerReports()  # the accounts between controller reports
         self.times = IterationTimes()
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations run at each depth S
@@ -157,7 +157,7 @@ class EagleWorker:
     def drain(self) -> list[tuple[Request, list[int]]]:
         """Read back the iteration in flight without launching another: the requests it
         advanced that still run, each with its tokens; ``[]`` if none. A speculative
-        iteration in flight (``spec.speculative_overlap``) is applied (``finish``), not
+        iteration in flight (``speculative.speculative_overlap``) is applied (``finish``), not
         dropped: dropped, a chain the engine drains before every step for want of KV
         pages would never advance."""
         flight = self._spec_flight
@@ -188,7 +188,7 @@ class EagleWorker:
         flights = [f for f in (self._in_flight, self._spec_flight) if f is not None]
         if self.controller is not None and any(_still_running(f.requests) for f in flights):
             # the prefill's read-back would wait for the iteration in flight: let it finish
-            # first, on the depth's clock (spec.reports.ControllerReports.absorb). An
+            # first, on the depth's clock (speculative.reports.ControllerReports.absorb). An
             # iteration whose requests have all finished (left by the last call of a run)
             # is not: the time since that call is idle, no depth's
             self.runner.backend.synchronize()
@@ -244,7 +244,7 @@ class EagleWorker:
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
         start = time.perf_counter()
         steps = self.last_depth = self.steps_for(len(requests))
-        since = self.reports.begin(steps, start)  # the controller's clock (spec.reports)
+        since = self.reports.begin(steps, start)  # the controller's clock (speculative.reports)
         try:
             emitted = self._decode(requests, steps, start, since)
         finally:

@@ -13,7 +13,7 @@ import pytest
 import torch
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 PROMPTS = [[3, 1, 4, 1, 5], [9, 2, 6], list(range(10, 40)), [42], [5, 5, 6, 6, 7], [8, 1]]
@@ -151,7 +151,7 @@ def test_the_feature_log_stays_bounded_while_requests_keep_arriving(monkeypatch)
     (taken or dropped). The log is compacted, so it stays within twice its live rows (above
     the compaction floor), and every take still returns exactly the tokens and features
     recorded for its requests (oracle: a plain per-request record kept here)."""
-    from eagle_hal.spec import catchup
+    from eagle_hal.speculative import catchup
 
     monkeypatch.setattr(catchup, "_COMPACT_MIN_ROWS", 16)
     log = catchup.PendingDraftInputs()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec import speculative_overlap as module
+from eagle_hal.speculative import speculative_overlap as module
 from scripted_overlap import CHAIN, PROMPTS, WIDE, run
 
 
@@ -23,7 +23,7 @@ def test_a_shrinking_batch_carries_one_chain(backend, graph_backend, pair, spec,
     the requests still running (oracle: a counter on the chain's start, the draft state
     read from the host, and tokens, finish reasons and verify passes equal to decoding
     without overlap)."""
-    from eagle_hal.spec.worker import EagleWorker
+    from eagle_hal.speculative.worker import EagleWorker
 
     params = [SamplingParams(max_new_tokens=n) for n in (12, 40, 5, 25, 33)]
     chosen = graph_backend if graphs else backend
@@ -50,7 +50,7 @@ def test_a_request_joining_extends_the_chain(backend, graph_backend, pair, spec,
     launch carries the rows still running and starts the newcomer from the host (oracle: a
     count of the calls that returned no tokens, the draft states read from the host, and
     tokens, finish reasons and verify passes equal to decoding without overlap)."""
-    from eagle_hal.spec.worker import EagleWorker
+    from eagle_hal.speculative.worker import EagleWorker
 
     # far apart, so that no two finish in one iteration (that would empty the chain)
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (6, 44, 18, 80, 30)]

@@ -12,7 +12,7 @@ from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.model.errors import ModelFileNotFound
 from eagle_hal.model.loading import default_draft_path, default_model_path
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 
 PROMPTS = ["What is the capital of France?", "List three prime numbers."]
 

@@ -39,7 +39,7 @@ and, through the verify's 16-bit rounding over another tree, possibly a near-tie
 target's as well, as speculative against plain decoding in 16-bit may anyway.
 
 An iteration is continued while the batch keeps at least one of its requests and every
-request it lost finished (``spec.overlap_rows``): the rows of those still running start
+request it lost finished (``speculative.overlap_rows``): the rows of those still running start
 from its results on the device, and a request that joined since (after its prefill) from
 the host's state, in the same launch; the call returns ``[]`` for it. When one is
 preempted or re-prefilled, the iteration in flight is applied to the requests still
@@ -74,14 +74,14 @@ from eagle_hal.engine.iteration_graph import accept_and_extend
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import TreeShape
-from eagle_hal.spec.acceptance import SamplingBatch, accept_tree
-from eagle_hal.spec.config import SpecConfig
-from eagle_hal.spec.drafting import DraftInputs, DraftState, draft_tree
-from eagle_hal.spec.overlap_rows import JOINED, fits, start_inputs
-from eagle_hal.spec.overlap_rows import reserve as reserve_rows
+from eagle_hal.speculative.acceptance import SamplingBatch, accept_tree
+from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.drafting import DraftInputs, DraftState, draft_tree
+from eagle_hal.speculative.overlap_rows import JOINED, fits, start_inputs
+from eagle_hal.speculative.overlap_rows import reserve as reserve_rows
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eagle_hal.spec.worker import EagleWorker
+    from eagle_hal.speculative.worker import EagleWorker
 
 __all__ = ["SpecInFlight", "decode_speculative_overlapped", "discard", "eligible", "finish"]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target, tiny_eagle1, tiny_target
 
 PROMPTS = [

@@ -1,7 +1,7 @@
 """A chain's accept length in closed form: tokens per verify pass for ``steps`` drafts that
 are each accepted with probability ``alpha`` (independently, until the first rejection),
 and its inverse. The adaptive controller's tests rate simulated depths by it
-(``tests/core/spec/adaptive_cost_models.py``).
+(``tests/core/speculative/adaptive_cost_models.py``).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import random
 
 import pytest
 from adaptive_cost_models import CANDIDATES, _CostModel, _drive, _simulated_chain_accept
-from eagle_hal.spec.adaptive import AdaptiveController
-from eagle_hal.spec.chain_acceptance import expected_accept_length, infer_acceptance_rate
+from eagle_hal.speculative.adaptive import AdaptiveController
+from eagle_hal.speculative.chain_acceptance import expected_accept_length, infer_acceptance_rate
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.3, 0.7, 0.95])

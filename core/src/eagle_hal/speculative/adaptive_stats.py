@@ -1,4 +1,4 @@
-"""What the adaptive controller (``spec.adaptive``) keeps per batch-size bucket: each
+"""What the adaptive controller (``speculative.adaptive``) keeps per batch-size bucket: each
 candidate depth's moving averages (accept length, over a recent and a long memory; the
 wall time of an iteration) and the bucket's schedule (warm-up or probe plan, settled
 depth, probe pacing, the switch it is rechecking).

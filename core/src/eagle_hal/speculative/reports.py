@@ -1,8 +1,9 @@
 """What the worker tells the adaptive controller: one report per iteration it can time.
 
-The controller (``spec.adaptive``) rates a depth by tokens per request per second, so each
+The controller (``speculative.adaptive``) rates a depth by tokens per request per second, so each
 report must carry the tokens a depth delivered and the wall time they cost. With one
-iteration in flight (``spec.overlap``, ``spec.speculative_overlap``) a call's tokens are
+iteration in flight (``speculative.overlap``, ``speculative.speculative_overlap``) a call's
+tokens are
 the previous iteration's, and some calls deliver nothing (a chain's first launch) or
 deliver an iteration outside the steady state (a chain read back when the batch or the
 depth changes). The bookkeeping here keeps every second and every token on the right

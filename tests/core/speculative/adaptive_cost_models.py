@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from eagle_hal.spec.adaptive import AdaptiveController
-from eagle_hal.spec.chain_acceptance import expected_accept_length
+from eagle_hal.speculative.adaptive import AdaptiveController
+from eagle_hal.speculative.chain_acceptance import expected_accept_length
 
 
 def _simulated_chain_accept(alpha: float, steps: int, rng: random.Random) -> int:

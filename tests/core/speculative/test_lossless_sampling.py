@@ -18,7 +18,7 @@ import torch
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import tiny_eagle1, tiny_target
 
 transformers = pytest.importorskip("transformers")

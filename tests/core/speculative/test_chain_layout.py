@@ -1,4 +1,4 @@
-"""``spec.drafting.chain_layout``: a chain's verify tree written out directly equals what
+"""``speculative.drafting.chain_layout``: a chain's verify tree written out directly equals what
 ``build_verify_tree`` (the reference, an independent construction from parent links) lays
 out for it, with and without the cache of its shape-only parts, and the cached parts are
 shared, not rebuilt."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.ops.reference import ReferenceSamplingOps
-from eagle_hal.spec.drafting import chain_layout
+from eagle_hal.speculative.drafting import chain_layout
 
 FIELDS = ("tokens", "positions", "retrieve_index", "retrieve_next_token",
           "retrieve_next_sibling", "tree_mask")

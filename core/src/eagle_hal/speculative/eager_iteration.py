@@ -1,11 +1,11 @@
 """One speculative iteration without overlap: draft -> verify -> accept -> draft extend.
 
 ``EagleWorker.decode`` dispatches each call: an iteration in flight continued or applied
-(``spec.speculative_overlap``), plain decoding with one iteration in flight
-(``spec.overlap``), or, everywhere else (the first iteration of a batch, the timed split
+(``speculative.speculative_overlap``), plain decoding with one iteration in flight
+(``speculative.overlap``), or, everywhere else (the first iteration of a batch, the timed split
 pass, devices or layouts that cannot overlap, S = 0 without overlap), the iteration here,
 which the host builds from what it read back and reads back before returning. The steps
-are those of ``spec.worker``'s docstring (1-5); the one host sync is step 4's read-back.
+are those of ``speculative.worker``'s docstring (1-5); the one host sync is step 4's read-back.
 The worker's phase times (``IterationTimes``, when ``worker.timed``) and the adaptive
 controller's observation are taken here, around the phases.
 """
@@ -20,11 +20,11 @@ import torch
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import TreeShape
-from eagle_hal.spec.acceptance import accept_tree
-from eagle_hal.spec.drafting import DraftInputs, draft_tree, single_node_tree
+from eagle_hal.speculative.acceptance import accept_tree
+from eagle_hal.speculative.drafting import DraftInputs, draft_tree, single_node_tree
 
 if TYPE_CHECKING:
-    from eagle_hal.spec.worker import EagleWorker
+    from eagle_hal.speculative.worker import EagleWorker
 
 __all__ = ["decode_eager"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eagle_hal.spec.drafting import DraftState, DraftStates
+from eagle_hal.speculative.drafting import DraftState, DraftStates
 
 
 def _state(batch: int, seed: int) -> DraftState:

@@ -1,6 +1,6 @@
 """Where an overlapped speculative iteration's rows start from, and their KV reservations.
 
-``spec.speculative_overlap`` launches an iteration before the previous one is read back.
+``speculative.speculative_overlap`` launches an iteration before the previous one is read back.
 Each of its requests starts from one of two places:
 
 * **carried**: the request was in the iteration in flight; its cached length, root token
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle_hal.engine.request import Request
-from eagle_hal.spec.drafting import DraftState
+from eagle_hal.speculative.drafting import DraftState
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eagle_hal.spec.speculative_overlap import SpecInFlight
-    from eagle_hal.spec.worker import EagleWorker
+    from eagle_hal.speculative.speculative_overlap import SpecInFlight
+    from eagle_hal.speculative.worker import EagleWorker
 
 __all__ = ["JOINED", "fits", "reserve", "start_inputs"]
 

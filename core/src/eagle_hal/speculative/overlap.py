@@ -29,7 +29,7 @@ What this changes and what it does not:
 
 The in-flight state lives in the worker (``EagleWorker``). It serves plain decoding and
 the adaptive mode's iterations at S = 0, where the draft is idle: an iteration's tokens and
-features then go to the catch-up log (``spec.catchup``) when it is read back, so an
+features then go to the catch-up log (``speculative.catchup``) when it is read back, so an
 iteration dropped in flight (the controller turning speculation back on discards it) was
 never logged, and its position is recomputed. See ``EagleWorker.decode``.
 """
@@ -44,11 +44,11 @@ import torch
 
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
-from eagle_hal.spec.acceptance import accept_tree
-from eagle_hal.spec.drafting import single_node_tree
+from eagle_hal.speculative.acceptance import accept_tree
+from eagle_hal.speculative.drafting import single_node_tree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eagle_hal.spec.worker import EagleWorker
+    from eagle_hal.speculative.worker import EagleWorker
 
 __all__ = ["InFlight", "decode_overlapped", "discard_in_flight", "drain"]
 
@@ -208,7 +208,7 @@ def _record_for_catch_up(
     sources: list[int | None],
     values: list[int],
 ) -> None:
-    """Log the read-back iteration's tokens and features for the draft (``spec.catchup``),
+    """Log the read-back iteration's tokens and features for the draft (``speculative.catchup``),
     as an iteration at S = 0 without overlap logs its own."""
     assert previous.features is not None and previous.draft_lens is not None
     taken = [(r.request_id, s) for r, s in zip(requests, sources, strict=False) if s is not None]

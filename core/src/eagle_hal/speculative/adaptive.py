@@ -13,7 +13,7 @@ not the chain formula's, and the cost of drafting depends on the batch.
   resting on a few iterations of one prompt is noise: a controller with a short memory
   rates S = 5 below S = 0 at batch 1 and runs S = 0, 1.06x plain decoding on an H200,
   where a fixed S = 5 tree runs 1.21x (``eagle-hal bench --device cuda:0 --num-prompts 10
-  --modes plain,tree``; ``tests/core/spec/test_adaptive_convergence.py`` simulates the
+  --modes plain,tree``; ``tests/core/speculative/test_adaptive_convergence.py`` simulates the
   case). A collapse is still seen at once: when the recent accept
   length (``ema``, at least ``regime_samples`` samples) leaves the band ``regime_ratio``
   ... ``1 / regime_ratio`` times the long one, the long one restarts from the recent one.
@@ -58,7 +58,7 @@ not the chain formula's, and the cost of drafting depends on the batch.
 
 from __future__ import annotations
 
-from eagle_hal.spec.adaptive_stats import Bucket, DepthStats
+from eagle_hal.speculative.adaptive_stats import Bucket, DepthStats
 
 __all__ = ["AdaptiveController"]
 

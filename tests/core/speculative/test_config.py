@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from eagle_hal.spec.config import SpecConfig
+from eagle_hal.speculative.config import SpecConfig
 
 
 def _count_candidates(steps: int, topk: int) -> int:
