@@ -10,7 +10,9 @@ Two layers, so that discovery stays cheap:
   to one concrete device and hands out the runtime pieces of the HAL contract: attention
   backends, sampling ops, model kernels, graph capture, KV layout and tolerances.
 
-This module imports no tensors library at import time.
+This module imports no tensors library at import time, and no implementation: the defaults
+a ``Backend`` hands out where a subclass supplies none live in ``eagle_hal.backends.defaults``,
+which imports each one when it is first asked for.
 """
 
 from __future__ import annotations
@@ -19,6 +21,16 @@ import abc
 import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+# The defaults a Backend hands out where a subclass supplies none. They import their
+# implementations on first use and import nothing of this module, so no cycle runs
+# through them; the spec kinds and the library's default spec are re-exported here for
+# the imports that name this module.
+from eagle_hal.backends import defaults as _defaults
+from eagle_hal.backends.defaults import SPEC_KINDS, check_spec_kind, library_default_spec
+
+# Re-exported: the layouts are part of the contract a backend declares (Capabilities).
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
@@ -37,24 +49,15 @@ __all__ = [
     "BackendDescriptor",
     "Capabilities",
     "SPEC_KINDS",
-    "library_default_spec",
     "TreeMaskMode",
     "Tolerances",
+    "check_spec_kind",
+    "library_default_spec",
 ]
 
 # The HAL contract version. MAJOR changes break plugins; a plugin written against
 # (major, minor) works with any core of the same major and minor >= the plugin's minor.
 API_VERSION: tuple[int, int] = (1, 0)
-
-
-class TreeMaskMode:
-    """The layouts in which the core can hand a verify tree's attention mask to a backend."""
-
-    FULL = "full"  # per request: prefix columns plus the N x N tree block, [B, N, prefix + N]
-    TREE_BLOCK = "tree_block"  # only the tree block, [B, N, N] (prefix is always visible)
-    BIT_PACKED = "bit_packed"  # one integer per node, bit j set if node j is visible, [B, N]
-
-    ALL: tuple[str, ...] = (FULL, TREE_BLOCK, BIT_PACKED)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,9 +200,7 @@ class Backend(abc.ABC):
 
     def sampling_ops(self) -> SamplingOps:
         """The tree and sampling operations; the pure-torch reference unless overridden."""
-        from eagle_hal.ops.reference import ReferenceSamplingOps
-
-        return ReferenceSamplingOps()
+        return _defaults.sampling_ops()
 
     def model_kernels(self) -> ModelKernels:
         """The kernels a model's layers run between GEMMs (RMSNorm, residual add + RMSNorm,
@@ -210,13 +211,7 @@ class Backend(abc.ABC):
         bundle (``dataclasses.replace(kernels, fused_linear=None)``: GEMMs at every size;
         ``softmax_topk=None``: torch's softmax and top-k) and hand it to
         ``LLM(model_kernels=...)``."""
-        if self.capabilities.triton:
-            from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
-
-            return TRITON_MODEL_KERNELS
-        from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
-
-        return REFERENCE_MODEL_KERNELS
+        return _defaults.model_kernels(self.capabilities.triton)
 
     def graph_capture(self) -> GraphCapture | None:
         """Device-graph capture, or ``None`` when this backend runs eagerly only."""
@@ -246,7 +241,7 @@ class Backend(abc.ABC):
         adaptive mode over that tree. A backend overrides them where it knows better
         shapes for its device, such as shorter verify blocks where its GEMMs slow down
         past a few rows (the CPU)."""
-        return library_default_spec(kind)
+        return _defaults.library_default_spec(kind)
 
     def tolerances(self) -> Tolerances:
         """Numeric tolerances for the conformance suite."""
@@ -278,25 +273,3 @@ class Backend(abc.ABC):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} on {self.device_spec}>"
 
-
-SPEC_KINDS = ("chain", "tree", "adaptive")
-
-
-def check_spec_kind(kind: str) -> None:
-    """``ValueError`` unless ``kind`` is one of ``SPEC_KINDS`` (``Backend.default_spec``)."""
-    if kind not in SPEC_KINDS:
-        raise ValueError(f"unknown spec kind {kind!r}; choose from {', '.join(SPEC_KINDS)}")
-
-
-def library_default_spec(kind: str = "chain") -> Any:
-    """The library's default ``SpecConfig`` of ``kind`` (see ``Backend.default_spec``)."""
-    from eagle_hal.speculative.config import SpecConfig
-
-    check_spec_kind(kind)
-    if kind == "chain":
-        return SpecConfig()
-    if kind == "tree":
-        return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16)
-    # the adaptive mode narrows the tree past 256 verify tokens a batch (N = 4 at 64)
-    return SpecConfig(num_steps=5, topk=4, num_draft_tokens=16, adaptive=True,
-                      adaptive_verify_budget=256)

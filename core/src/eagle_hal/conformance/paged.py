@@ -15,9 +15,10 @@ from typing import Any
 
 import torch
 
-from eagle_hal.backend import Backend, TreeMaskMode
+from eagle_hal.backend import Backend
 from eagle_hal.engine.kv_cache import KVStorage, slot_dtype
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 __all__ = [
     "STANDARD_PAGE_SIZES",

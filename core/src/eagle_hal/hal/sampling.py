@@ -222,7 +222,7 @@ class SamplingOps(abc.ABC):
         """Lay out the verify tree: ``root_tokens [B]`` (the last accepted token, not cached),
         ``draft_tokens``/``draft_parents [B, N-1]`` (a ``DraftTree``), ``seq_lens [B]`` cached
         tokens per request (the root's position). Node i sees node j iff j is i or one of its
-        ancestors. ``tree_mask`` by ``mask_mode`` (``eagle_hal.backend.TreeMaskMode``):
+        ancestors. ``tree_mask`` by ``mask_mode`` (``eagle_hal.hal.tree_mask.TreeMaskMode``):
 
         * ``FULL``: bool, flat concatenation over requests of ``[N, seq_len_b + N]`` blocks
           (prefix columns all True, then the tree block); needs ``seq_lens_sum`` (host int).

@@ -26,7 +26,6 @@ import dataclasses
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import (
     AttentionBackend,
     AttentionConfig,
@@ -34,6 +33,7 @@ from eagle_hal.hal.attention import (
     ForwardBatch,
     ForwardMode,
 )
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.attention_reference import (
     TorchAttentionBackend,
     decode_tree_mask,

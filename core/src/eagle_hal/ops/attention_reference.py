@@ -42,7 +42,6 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import (
     AttentionBackend,
     AttentionConfig,
@@ -50,6 +49,7 @@ from eagle_hal.hal.attention import (
     ForwardBatch,
     ForwardMode,
 )
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 __all__ = [
     "TorchAttentionBackend",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import TreeConfigError
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 __all__ = [
     "check_dims",

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import NO_NODE, DraftTree, TreeConfigError, TreeStep, VerifyTree
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.reference_checks import check_dims, check_mask_mode, check_rows, check_same_shape
 
 __all__ = [

@@ -98,7 +98,8 @@ def test_default_spec_is_a_chain_of_three(cpu_backend):
     kind; an unknown kind is refused."""
     import argparse
 
-    from eagle_hal.backend import Backend, library_default_spec
+    from eagle_hal.backend import Backend
+    from eagle_hal.backends.defaults import library_default_spec
     from eagle_hal.commands.generate import _spec
     from eagle_hal.speculative.config import SpecConfig
 

@@ -54,7 +54,7 @@ class CpuBackend(Backend):
         adaptive:K4N16``) the chain runs 1.24x plain decoding and the tree 1.27x, where a
         chain of S = 5 runs 0.79x and the library's adaptive default (K = 4, N = 16 trees)
         0.93-1.01x against the adaptive chains' 1.26x."""
-        from eagle_hal.backend import check_spec_kind
+        from eagle_hal.backends.defaults import check_spec_kind
         from eagle_hal.speculative.config import SpecConfig
 
         check_spec_kind(kind)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
+from eagle_hal.backend import Availability, BackendDescriptor, Capabilities
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.hookspecs import hookimpl
 from eagle_hal.probing import import_torch
 

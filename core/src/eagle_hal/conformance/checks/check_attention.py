@@ -18,11 +18,12 @@ from typing import Any
 import pytest
 import torch
 
-from eagle_hal.backend import Backend, TreeMaskMode
+from eagle_hal.backend import Backend
 from eagle_hal.conformance.compare import assert_close
 from eagle_hal.conformance.paged import PagedScene, encode_tree_mask, random_parents
 from eagle_hal.conformance.requirements import page_size_params, requires
 from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 DTYPES = [pytest.param(d, marks=requires(f"dtype:{d}"), id=d) for d in ("float32", "bfloat16")]
 VARIANTS = [

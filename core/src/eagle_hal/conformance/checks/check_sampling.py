@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.conformance.compare import assert_close, assert_same, chi_square_pvalue
 from eagle_hal.conformance.requirements import requires
 from eagle_hal.hal.sampling import ACCEPT_DRAW_LIMIT, SamplingNoise
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 ALPHA = 1e-4
 PAD = 3  # padded vocabulary entries, given large logits that must never win

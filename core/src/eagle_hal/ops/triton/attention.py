@@ -27,7 +27,6 @@ import dataclasses
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import (
     AttentionBackend,
     AttentionConfig,
@@ -35,6 +34,7 @@ from eagle_hal.hal.attention import (
     ForwardBatch,
     ForwardMode,
 )
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.triton.attention_split import (
     SplitPartials,
     choose_num_splits,

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 import torch
 import triton
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import (
     AcceptResult,
     DraftTree,
@@ -22,6 +21,7 @@ from eagle_hal.hal.sampling import (
     TreeStep,
     VerifyTree,
 )
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.reference import ReferenceSamplingOps
 from eagle_hal.ops.reference_bookkeeping import _check_accept
 from eagle_hal.ops.reference_checks import (
