@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from eagle_hal._version import __version__
 
 # Public name -> the module that defines it; add a line here to export a new name.
 _LAZY_EXPORTS: dict[str, str] = {
@@ -26,7 +26,7 @@ _LAZY_EXPORTS: dict[str, str] = {
     "Backend": "eagle_hal.backend",
     "BackendDescriptor": "eagle_hal.backend",
     "Capabilities": "eagle_hal.backend",
-    "TreeMaskMode": "eagle_hal.backend",
+    "TreeMaskMode": "eagle_hal.hal.tree_mask",
     "hookimpl": "eagle_hal.hookspecs",
     # errors
     "EagleHalError": "eagle_hal.errors",
@@ -53,7 +53,6 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only (exporte
         Backend,
         BackendDescriptor,
         Capabilities,
-        TreeMaskMode,
     )
     from eagle_hal.device import DeviceSpec, parse_device  # noqa: F401
     from eagle_hal.engine.request import RequestOutput, SamplingParams  # noqa: F401
@@ -65,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only (exporte
         InvalidDeviceString,
         PluginLoadError,
     )
+    from eagle_hal.hal.tree_mask import TreeMaskMode  # noqa: F401
     from eagle_hal.hookspecs import hookimpl  # noqa: F401
     from eagle_hal.registry import BackendInfo, Registry, list_backends, select_backend  # noqa: F401
     from eagle_hal.speculative.config import SpecConfig  # noqa: F401

@@ -282,7 +282,7 @@ def _check_api(entry: PluginEntry) -> None:
     if not well_formed:
         entry.fail(PluginStatus.LOAD_ERROR, f"api_version {version!r} is not (major, minor)", None)
     elif not api_compatible(version):
-        from eagle_hal import __version__
+        from eagle_hal._version import __version__
 
         core = _api_string(API_VERSION)
         entry.status = PluginStatus.INCOMPATIBLE_API

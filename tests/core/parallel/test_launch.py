@@ -11,7 +11,8 @@ import json
 
 import pytest
 import torch
-from eagle_hal.parallel.launch import device_for_rank, launch_generate
+from eagle_hal.commands.generate import launch_generate
+from eagle_hal.parallel.launch import device_for_rank
 
 VOCAB = 64
 

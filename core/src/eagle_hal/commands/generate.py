@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["add_arguments", "run"]
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.backend import Backend
+    from eagle_hal.parallel.context import ParallelContext
+
+__all__ = ["add_arguments", "launch_generate", "run"]
 
 
 def draft_vocab_size(text: str) -> int | str:
@@ -105,8 +110,6 @@ def _progress(message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.tp > 1:
-        from eagle_hal.parallel.launch import launch_generate
-
         return launch_generate(args, args.tp)
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
@@ -240,3 +243,74 @@ def _print_summary(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any]
               f"{plain_run['tokens_per_s']:.1f} tokens/s, "
               f"accept length {plain_run['accept_length']:.2f}")
         print(f"speedup {ratio:.2f}x; same tokens as plain decoding: {'yes' if same else 'NO'}")
+
+
+def launch_generate(args: argparse.Namespace, tp: int) -> int:
+    """Run ``eagle-hal generate`` (its parsed ``args``) over ``tp`` tensor-parallel ranks;
+    rank 0 prints exactly what the single-process command prints. Returns the exit code."""
+    from eagle_hal.parallel.launch import spawn_ranks
+    from eagle_hal.parallel.sharding import check_shardable, model_config_at
+
+    device = args.device
+    if device == "auto":  # the registry's choice for this host, one device per rank from it
+        from eagle_hal.registry import select_backend
+
+        device = str(select_backend("auto", backend=args.backend).device_spec)
+    # refuse a model that does not split before starting any process
+    check_shardable(model_config_at(args.model), tp)
+    spawn_ranks(_generate_rank, tp, (args,), device=device, backend=args.backend)
+    return 0
+
+
+def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Namespace) -> None:
+    from eagle_hal.api import LLM, _resolve_dtype
+    from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.model.draft_vocab import restrict
+    from eagle_hal.model.loading import default_draft_path, load_eagle_head
+    from eagle_hal.parallel.sharding import load_sharded_target
+
+    if not context.is_first_rank:  # the ranks run the same program; one of them talks
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
+    started = time.perf_counter()
+    dtype = _resolve_dtype(args.dtype, backend)
+    verbose = context.is_first_rank and not args.json
+    if verbose and args.compare_plain:
+        print("--compare-plain is not supported with --tp; run plain decoding with --draft none",
+              file=sys.stderr)
+    target, tokenizer = load_sharded_target(
+        args.model, context, dtype=dtype, device=backend.torch_device, progress=verbose
+    )
+    draft_arg = None if args.draft.lower() == "none" else args.draft
+    draft_path = default_draft_path(args.model) if draft_arg == "default" else draft_arg
+    head = load_eagle_head(draft_path, target, dtype=dtype) if draft_path else None
+    head = restrict(head, draft_path, args.draft_vocab, backend)
+    llm = LLM.from_models(
+        backend, target, head, tokenizer, _spec(args, backend),
+        max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
+    )
+    llm.draft_path = draft_path
+    if verbose:
+        print(
+            f"loaded in {time.perf_counter() - started:.1f} s: backend {backend.name} on "
+            f"{context.world_size} x {backend.torch_device.type} ({context.distributed_backend}), "
+            f"{dtype}, draft head: {describe_draft(llm)}",
+            file=sys.stderr, flush=True,
+        )
+    prompts = _prompts(args)
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+    )
+    chat = not args.no_chat
+    stream = not args.json and len(prompts) == 1
+    run = _timed_run(llm, prompts, params, chat, stream=stream)
+    if args.json:
+        report = _report(llm, run, None)
+        report["stats"]["tensor_parallel"] = context.world_size
+        print(json.dumps(report, indent=2))
+        return
+    if not stream:
+        for index, output in enumerate(run["outputs"]):
+            print(f"--- [{index}] {output.prompt!r}")
+            print(output.text)
+    _print_summary(llm, run, None)

@@ -17,19 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["AREAS", "CheckResult", "ConformanceReport", "Outcome", "run_suite"]
+from eagle_hal.conformance.areas import AREAS
 
-# The areas, in the order they run and are reported; each is one module checks/check_<area>.py.
-AREAS: tuple[str, ...] = (
-    "discovery",
-    "sampling",
-    "model_kernels",
-    "attention",
-    "kv",
-    "graphs",
-    "end_to_end",
-    "soak",
-)
+__all__ = ["AREAS", "CheckResult", "ConformanceReport", "Outcome", "run_suite"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from eagle_hal.conformance.report import CheckResult, ConformanceReport, Outcome

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from eagle_hal.backend import Backend
+from eagle_hal.conformance.session import current_session
 
 __all__ = ["backend", "conformance", "device", "ops", "reference_ops", "tolerance"]
 
@@ -15,9 +16,7 @@ __all__ = ["backend", "conformance", "device", "ops", "reference_ops", "toleranc
 @pytest.fixture(scope="session")
 def conformance(request: Any) -> Any:
     """The ``ConformanceSession`` of this run."""
-    from eagle_hal.conformance.plugin import SESSION_PLUGIN_NAME
-
-    return request.config.pluginmanager.get_plugin(SESSION_PLUGIN_NAME)
+    return current_session(request.config)
 
 
 @pytest.fixture(scope="session")

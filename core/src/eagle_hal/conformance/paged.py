@@ -13,9 +13,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 import torch
 
 from eagle_hal.backend import Backend
+from eagle_hal.conformance.requirements import requires
+from eagle_hal.conformance.session import current_session
 from eagle_hal.engine.kv_cache import KVStorage, slot_dtype
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
 from eagle_hal.hal.tree_mask import TreeMaskMode
@@ -25,6 +28,7 @@ __all__ = [
     "Geometry",
     "PagedScene",
     "encode_tree_mask",
+    "page_size_params",
     "page_sizes_to_check",
     "preferred_page_size",
     "random_parents",
@@ -45,6 +49,18 @@ def page_sizes_to_check(backend: Backend | None) -> tuple[int, ...]:
         sizes.add(caps.page_size_multiple)
         sizes.add(backend.kv_layout().page_size)
     return tuple(sorted(sizes))
+
+
+def page_size_params(config: Any) -> list[Any]:
+    """One ``pytest.param`` (id ``page<n>``, marked ``requires("page_size:<n>")``) per page
+    size ``page_sizes_to_check`` lists for the backend under test; the standard sizes alone
+    when no backend could be selected (the checks then fail on the selection)."""
+    session = current_session(config)
+    backend = None
+    if session is not None and session.selection_error is None:
+        backend = session.backend
+    return [pytest.param(p, marks=requires(f"page_size:{p}"), id=f"page{p}")
+            for p in page_sizes_to_check(backend)]
 
 
 def preferred_page_size(backend: Backend) -> int:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["SESSION_PLUGIN_NAME", "pytest_addoption", "pytest_configure"]
-
-SESSION_PLUGIN_NAME = "eagle_hal_conformance_session"
+__all__ = ["pytest_addoption", "pytest_configure"]
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -55,7 +53,7 @@ def pytest_configure(config: Any) -> None:
     if config.getoption("eagle_hal_device", None) is None:
         return
     from eagle_hal.conformance import fixtures
-    from eagle_hal.conformance.session import ConformanceSession
+    from eagle_hal.conformance.session import SESSION_PLUGIN_NAME, ConformanceSession
 
     config.addinivalue_line(
         "markers", "eagle_hal_requires(*needs): capabilities a conformance check needs"

@@ -21,7 +21,7 @@ import pytest
 if TYPE_CHECKING:  # pragma: no cover
     from eagle_hal.backend import Backend
 
-__all__ = ["MARK_NAME", "page_size_params", "requires", "unmet"]
+__all__ = ["MARK_NAME", "requires", "unmet"]
 
 MARK_NAME = "eagle_hal_requires"
 
@@ -68,17 +68,3 @@ def unmet(need: str, backend: Backend) -> str | None:
         return f"backend {name!r} does not support page size {value}"
     raise ValueError(f"unknown conformance need {need!r}")
 
-
-def page_size_params(config: Any) -> list[Any]:
-    """One ``pytest.param`` (id ``page<n>``, marked ``requires("page_size:<n>")``) per page
-    size ``paged.page_sizes_to_check`` lists for the backend under test; the standard sizes
-    alone when no backend could be selected (the checks then fail on the selection)."""
-    from eagle_hal.conformance.paged import page_sizes_to_check
-    from eagle_hal.conformance.plugin import SESSION_PLUGIN_NAME
-
-    session = config.pluginmanager.get_plugin(SESSION_PLUGIN_NAME)
-    backend = None
-    if session is not None and session.selection_error is None:
-        backend = session.backend
-    return [pytest.param(p, marks=requires(f"page_size:{p}"), id=f"page{p}")
-            for p in page_sizes_to_check(backend)]

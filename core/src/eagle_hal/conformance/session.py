@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from eagle_hal.backend import Backend
-from eagle_hal.conformance import AREAS
+from eagle_hal.conformance.areas import AREAS
 from eagle_hal.conformance.report import (
     CheckResult,
     ConformanceReport,
@@ -29,9 +29,18 @@ from eagle_hal.conformance.report import (
 from eagle_hal.conformance.requirements import MARK_NAME, unmet
 from eagle_hal.errors import BackendUnavailable, EagleHalError
 
-__all__ = ["RUNNER_LINK_NAME", "ConformanceSession", "check_id", "load_plugin_backend"]
+__all__ = [
+    "RUNNER_LINK_NAME",
+    "SESSION_PLUGIN_NAME",
+    "ConformanceSession",
+    "check_id",
+    "current_session",
+    "load_plugin_backend",
+]
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
+# The name the plugin registers the run's ConformanceSession under.
+SESSION_PLUGIN_NAME = "eagle_hal_conformance_session"
 RUNNER_LINK_NAME = "eagle_hal_conformance_runner_link"
 _XFAIL_PREFIX = "eagle-hal known failure: "
 
@@ -76,6 +85,11 @@ def load_plugin_backend(module_name: str, device: str, backend_name: str | None)
     impl_module, _, class_name = descriptor.implementation.partition(":")
     backend_class = getattr(importlib.import_module(impl_module), class_name)
     return backend_class(descriptor, spec)
+
+
+def current_session(config: Any) -> ConformanceSession | None:
+    """The ``ConformanceSession`` registered on ``config``; ``None`` when the suite is off."""
+    return config.pluginmanager.get_plugin(SESSION_PLUGIN_NAME)
 
 
 class ConformanceSession:

@@ -20,8 +20,13 @@ import torch
 
 from eagle_hal.backend import Backend
 from eagle_hal.conformance.compare import assert_close
-from eagle_hal.conformance.paged import PagedScene, encode_tree_mask, random_parents
-from eagle_hal.conformance.requirements import page_size_params, requires
+from eagle_hal.conformance.paged import (
+    PagedScene,
+    encode_tree_mask,
+    page_size_params,
+    random_parents,
+)
+from eagle_hal.conformance.requirements import requires
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.tree_mask import TreeMaskMode
 

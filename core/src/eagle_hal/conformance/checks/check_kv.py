@@ -11,8 +11,7 @@ import torch
 
 from eagle_hal.backend import Backend
 from eagle_hal.conformance.compare import assert_same
-from eagle_hal.conformance.paged import PagedScene
-from eagle_hal.conformance.requirements import page_size_params
+from eagle_hal.conformance.paged import PagedScene, page_size_params
 from eagle_hal.hal.attention import ForwardMode
 
 
