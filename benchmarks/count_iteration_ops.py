@@ -132,7 +132,7 @@ def main() -> int:
 
     from bench_host_overhead import build, spec_for  # noqa: PLC0415
     from eagle_hal import SamplingParams, settings  # noqa: PLC0415
-    from eagle_hal.engine.graph_runner import GraphRunner  # noqa: PLC0415
+    from eagle_hal.engine.graphs.runner import GraphRunner  # noqa: PLC0415
     from eagle_hal.testing import graphs as emulated  # noqa: PLC0415
 
     counter = Counter(by_site=args.by_site)

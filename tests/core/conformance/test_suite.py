@@ -21,8 +21,8 @@ from eagle_hal.backends.cpu.backend import CpuBackend
 from eagle_hal.backends.cpu.plugin import CAPABILITIES, DESCRIPTOR
 from eagle_hal.conformance import Outcome, run_suite
 from eagle_hal.device import parse_device
-from eagle_hal.engine import graph_runner
-from eagle_hal.engine.graph_runner import GraphRunner
+from eagle_hal.engine.graphs import runner as graph_runner
+from eagle_hal.engine.graphs.runner import GraphRunner
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.ops.reference import ReferenceSamplingOps
 from eagle_hal.testing.graphs import EmulatedGraphCapture

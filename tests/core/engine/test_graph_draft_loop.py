@@ -1,5 +1,5 @@
-"""The draft's chain and tree loops captured as one graph each
-(``engine/graph_draft_loop.py``), on CPU.
+"""The draft's loop captured as one graph, a chain's and a tree's
+(``engine/graphs/draft_loop.py``), on CPU.
 
 Oracle: for the captured chain loop, the step-by-step chain draft with graphs off
 (``speculative.drafting.draft_chain``) on the same requests, and for the tree loop the
@@ -104,26 +104,26 @@ def test_chain_loop_declines_what_it_cannot_capture():
     scene = RunnerScene(_backend(ReplayingTorchBackend), seed=3, page_size=1, buckets=(1, 2))
     graphs = scene.runner.graphs
 
-    def chain(size, steps=3):
+    ops = scene.runner.backend.sampling_ops()
+
+    def chain(size, steps=3, scene=scene):
         rows, seq_lens = scene.add_requests(size)
         inputs = scene.chain_inputs(rows, seq_lens)
-        return graphs.run_draft_chain(
-            steps, inputs.rows_t, inputs.seq_t, seq_lens, inputs.scratch,
-            inputs.state.topk_ids[:, 0], inputs.state.hidden, inputs.roots,
-        )
+        replays = scene.runner.graphs.chain_replays
+        with torch.inference_mode():
+            draft_chain(scene.runner, ops, steps, inputs)
+        replayed = scene.runner.graphs.chain_replays - replays
+        assert replayed == int(scene.runner.graphs.can_replay_draft_loop(
+            TreeShape(1, steps, steps + 1), inputs))
+        return replayed
 
-    assert chain(3) is None and chain(1, steps=1) is None
-    assert chain(2) is not None
+    assert chain(3) == 0 and chain(1, steps=1) == 0
+    assert chain(2) == 1
     scene.runner.target_attn.tree_mask_mode = TreeMaskMode.FULL
-    assert chain(2) is None
+    assert chain(2) == 0
     single = RunnerScene(_backend(OneForwardPerGraphBackend), seed=3, page_size=1, buckets=(1, 2))
     assert single.graphs_on
-    rows, seq_lens = single.add_requests(1)
-    inputs = single.chain_inputs(rows, seq_lens)
-    assert single.runner.graphs.run_draft_chain(
-        3, inputs.rows_t, inputs.seq_t, seq_lens, inputs.scratch,
-        inputs.state.topk_ids[:, 0], inputs.state.hidden, inputs.roots,
-    ) is None
+    assert chain(1, scene=single) == 0
     assert graphs.chain_replays == 1 and single.runner.graphs.chain_replays == 0
 
 
@@ -218,17 +218,19 @@ def test_tree_loop_declines_what_it_cannot_capture():
     def tree(size, shape=TREE_SHAPE, scene=scene):
         rows, seq_lens = scene.add_requests(size)
         inputs = scene.tree_inputs(rows, seq_lens)
-        return scene.runner.graphs.run_draft_tree(
-            ops, shape, inputs.rows_t, inputs.seq_t, seq_lens, inputs.scratch,
-            inputs.state.topk_probs, inputs.state.topk_ids, inputs.state.hidden, inputs.roots,
-        )
+        replays = scene.runner.graphs.tree_replays
+        with torch.inference_mode():
+            draft_tree(scene.runner, ops, shape, inputs)
+        replayed = scene.runner.graphs.tree_replays - replays
+        assert replayed == int(scene.runner.graphs.can_replay_draft_loop(shape, inputs))
+        return replayed
 
-    assert tree(3) is None and tree(1, TreeShape(BRANCHES, 1, 3)) is None
-    assert tree(2) is not None
+    assert tree(3) == 0 and tree(1, TreeShape(BRANCHES, 1, 3)) == 0
+    assert tree(2) == 1
     scene.runner.target_attn.tree_mask_mode = TreeMaskMode.FULL
-    assert tree(2) is None
+    assert tree(2) == 0
     single = RunnerScene(_backend(OneForwardPerGraphBackend), seed=3, page_size=1, buckets=(1, 2))
-    assert tree(1, scene=single) is None
+    assert tree(1, scene=single) == 0
     assert graphs.tree_replays == 1 and single.runner.graphs.tree_replays == 0
 
 
@@ -272,4 +274,5 @@ def test_a_tree_graph_captured_after_the_verify_graph_keeps_its_tree(backends, p
     assert [o.token_ids for o in llm.generate(PROMPTS, PARAMS)] == expected
     llm.worker.spec = SpecConfig(2, 2, 5)
     assert [o.token_ids for o in llm.generate(PROMPTS, PARAMS)] == expected
-    assert len(llm.runner.graphs._trees) == 2 and llm.used_pages == 0
+    assert sum(key[1].topk > 1 for key in llm.runner.graphs._loops) == 2
+    assert llm.used_pages == 0

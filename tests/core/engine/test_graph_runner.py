@@ -1,4 +1,4 @@
-"""The graph runner (``engine/graph_runner.py``): bucketing, padding, slicing back and
+"""The graph runner (``engine/graphs/runner.py``): bucketing, padding, slicing back and
 eager fallback, for decode batches and for prefills padded to a token bucket, on CPU.
 
 Oracle: greedy plain decoding of the same target through the eager CPU reference backend
@@ -9,7 +9,7 @@ untouched). The backends under test (``graph_runner_backends``) capture with the
 captured forward, so it sees the static buffers' in-place updates and nothing else, as a
 device graph does; the padding, static-buffer and slicing logic is exercised exactly. Their
 attention is the Triton backend (interpreted; slow, so one test) or the pure-torch one with
-its own graph hooks. The draft's captured chain and tree loops are in
+its own graph hooks. The draft's captured loop, a chain's and a tree's, is in
 test_graph_draft_loop.py. Real capture is in tests/backends/cuda.
 """
 
@@ -306,7 +306,7 @@ def test_prefill_graphs_can_be_turned_off(backends):
 def test_prompts_past_the_largest_token_bucket_prefill_eagerly(backends):
     """A prompt longer than the largest token bucket, and several prompts at once, run
     eagerly (no graph of their lengths either) and still decode as the reference does."""
-    from eagle_hal.engine.graph_runner import PREFILL_BUCKETS
+    from eagle_hal.engine.graphs.runner import PREFILL_BUCKETS
 
     target = tiny_target(seed=11, vocab=61)
     long_prompt = [(i * 13 + 5) % 61 for i in range(PREFILL_BUCKETS[-1] + 3)]

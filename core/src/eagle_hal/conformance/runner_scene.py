@@ -9,8 +9,9 @@ are built as the EAGLE worker builds them (``speculative.worker``,
 ``speculative.drafting``): TARGET_VERIFY
 over a random tree, the DRAFT_DECODE step of each draft depth, a uniform DRAFT_EXTEND; each
 runs through the runner (graphs) or eagerly (graphs off for the call). ``chain_inputs``
-gives the chain draft's inputs (``speculative.drafting.draft_chain``, whose whole loop the graph
-runner captures as one graph) as the worker uploads them.
+and ``tree_inputs`` give the draft loop's inputs (``speculative.drafting.DraftInputs`` for
+``draft_chain`` and ``draft_tree``, whose whole loop the graph runner captures as one
+graph, ``engine.graphs.draft_loop``) as the worker uploads them.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 It owns the KV cache (allocator, request table and its device mirror, the target's and the
 draft's storage over the same slots) and one attention backend per model, all obtained
 from the selected ``Backend``. The worker asks it for forward batches and model passes.
+With graphs on (``enable_graphs``), a model pass asks its ``GraphRunner``
+(``engine.graphs.runner``) whether the forward replays from a device graph, and replays it
+or runs it eagerly.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle_hal.backend import Backend
+from eagle_hal.engine.graphs import runner as graph_runner
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, slot_dtype
 from eagle_hal.engine.page_allocator import PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, ForwardMode
@@ -22,7 +26,7 @@ from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.parallel.context import parallel_of
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eagle_hal.engine.graph_runner import GraphRunner
+    from eagle_hal.engine.graphs.runner import GraphRunner
     from eagle_hal.hal.model_kernels import ModelKernels
 
 __all__ = ["CacheConfig", "ModelRunner"]
@@ -260,29 +264,27 @@ class ModelRunner:
         tree_graphs: bool = True,
         prefill_graphs: bool = True,
     ) -> bool:
-        """Serve capturable forwards from device graphs (``engine.graph_runner``) when the
+        """Serve capturable forwards from device graphs (``engine.graphs.runner``) when the
         backend offers graph capture and both attention backends support replay; returns
-        whether graphs are now on. ``buckets`` defaults to ``graph_runner.DEFAULT_BUCKETS``;
+        whether graphs are now on. ``buckets`` defaults to ``graphs.runner.DEFAULT_BUCKETS``;
         ``chain_graphs``, ``tree_graphs`` and ``prefill_graphs`` go to the ``GraphRunner``
         (all on by default; off to compare graph modes)."""
-        from eagle_hal.engine.graph_runner import DEFAULT_BUCKETS, GraphRunner, supports_replay
-
         capture = self.backend.graph_capture()
         attns = [self.target_attn] + ([self.draft_attn] if self.draft_attn is not None else [])
-        if capture is None or not all(supports_replay(a) for a in attns):
+        if capture is None or not all(graph_runner.supports_replay(a) for a in attns):
             self.graphs = None
             return False
-        self.graphs = GraphRunner(self, capture, buckets or DEFAULT_BUCKETS,
-                                  chain_graphs=chain_graphs, tree_graphs=tree_graphs,
-                                  prefill_graphs=prefill_graphs)
+        self.graphs = graph_runner.GraphRunner(
+            self, capture, buckets or graph_runner.DEFAULT_BUCKETS, chain_graphs=chain_graphs,
+            tree_graphs=tree_graphs, prefill_graphs=prefill_graphs,
+        )
         return True
 
     @torch.inference_mode()
     def run_target(self, batch: ForwardBatch, aux_layers: tuple[int, ...] = ()) -> Any:
-        if self.graphs is not None:
-            replayed = self.graphs.run_target(batch, aux_layers)
-            if replayed is not None:
-                return replayed
+        graphs = self.graphs
+        if graphs is not None and graphs.can_replay_target(batch):
+            return graphs.replay_target(batch, aux_layers)
         batch.attn_metadata = self.target_attn.plan(batch)
         return self.target.forward(batch, self.target_attn, aux_layers=aux_layers)
 
@@ -295,9 +297,8 @@ class ModelRunner:
         length would pay for: replayed from a token bucket's graph where one fits
         (``GraphRunner.prefill_bucket``), else eager."""
         assert self.draft is not None and self.draft_attn is not None
-        if self.graphs is not None:
-            replayed = self.graphs.run_draft(batch, hidden, prefill=prefill)
-            if replayed is not None:
-                return replayed
+        graphs = self.graphs
+        if graphs is not None and graphs.can_replay_draft(batch, prefill=prefill):
+            return graphs.replay_draft(batch, hidden, prefill=prefill)
         batch.attn_metadata = self.draft_attn.plan(batch)
         return self.draft.forward(batch, self.draft_attn, batch.input_ids, hidden)

@@ -8,19 +8,29 @@ tree sampling with a one-hot target distribution, which takes exactly the greedy
 Randomness is per request: a request's seed and a counter that never repeats for it (the
 caller passes ``2 * cached_len`` for decode and ``2 * prompt_len + 1`` for prefill), so a
 request samples the same tokens whatever else is in its batch.
+
+After the accept, an overlapped iteration goes on on the device: ``accept_and_extend``
+moves the accepted path to the front of the verify block and runs the draft's extend over
+it, eagerly (``speculative.speculative_overlap``) or inside the verify-accept-extend graph
+(``engine.graphs.iteration``), which records ``greedy_accept_and_extend``'s body: the
+verify, the greedy accept and ``accept_and_extend``, the same code as the eager path.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.hal.sampling import AcceptResult, SamplingOps
 
-__all__ = ["SamplingBatch", "accept_tree"]
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.engine.graphs.iteration import ExtendForward, VerifyExtend
+
+__all__ = ["SamplingBatch", "accept_and_extend", "accept_tree", "greedy_accept_and_extend"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,3 +92,67 @@ def accept_tree(
     return ops.verify_tree_sampling(
         tokens, retrieve_next_token, retrieve_next_sibling, probs, noise, num_steps
     )
+
+
+def accept_and_extend(
+    runner: Any,
+    ops: SamplingOps,
+    out: Any,
+    result: AcceptResult,
+    tokens: torch.Tensor,
+    verify_slots: torch.Tensor,
+    seq_lens: torch.Tensor,
+    topk: int,
+    width: int,
+    extend: ExtendForward,
+) -> tuple[torch.Tensor, ...]:
+    """An overlapped iteration after its accept, on the device, eager or recorded alike:
+    move the accepted path to the front of the verify block, run the draft extend over
+    ``width`` tokens (the path's drafts then the bonus token, padded with the bonus) fed
+    the accepted nodes' features, and take the draft's top-K at each request's last
+    emitted token.
+
+    ``out`` the verify forward's output, ``result`` its ``AcceptResult``, ``tokens`` /
+    ``verify_slots`` ``[B, N]`` the verify tree's, ``seq_lens`` ``[B]`` int64 cached
+    lengths, ``extend(input_ids [B, W], positions [B, W], features [B * W, H])`` the
+    draft's extend forward, returning its hidden states ``[B * W, H]``. Returns
+    ``(packed [B, 2 + W + N], seq_lens + accept lengths, bonus [B], probs [B, K],
+    ids [B, K], hidden [B, H])``."""
+    batch = tokens.shape[0]
+    path = ops.compact_accepted(tokens, result.accepted_nodes, result.accept_lens, verify_slots)
+    if topk > 1:  # a chain's accepted path is always in place
+        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
+    lens, bonus = result.accept_lens.long(), result.bonus_tokens.long()  # [B] each
+    column = torch.arange(width, dtype=torch.int64, device=tokens.device)
+    shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [B, W]
+    input_ids = torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None])
+    features = runner.draft.project_target_features(out)[path.hidden_index.reshape(-1)]
+    hidden_out = extend(input_ids, seq_lens[:, None] + column, features.to(runner.dtype))
+    rows = torch.arange(batch, dtype=torch.int64, device=tokens.device)
+    last = hidden_out.view(batch, width, -1)[rows, lens - 1]  # [B, H] the last emitted
+    probs, ids = runner.draft.topk(last, topk)
+    packed = torch.cat(
+        [lens.view(-1, 1), bonus.view(-1, 1), result.accepted_nodes.long(), tokens.long()], dim=1
+    )
+    return packed, seq_lens + lens, bonus, probs, ids, last
+
+
+def greedy_accept_and_extend(
+    runner: Any, ops: SamplingOps, vocab_size: int
+) -> Callable[[VerifyExtend], tuple[torch.Tensor, ...]]:
+    """The body the verify-accept-extend graph records (``engine.graphs.iteration``): the
+    target's verify forward over the graph's static batch, its lm_head, the greedy accept
+    (``SamplingOps.verify_greedy``, as ``accept_tree`` takes it for a greedy batch) and
+    ``accept_and_extend``; returns ``accept_and_extend``'s outputs."""
+
+    def body(it: VerifyExtend) -> tuple[torch.Tensor, ...]:
+        out = it.verify()
+        batch, nodes = it.tokens.shape
+        logits = runner.target.compute_logits(out.hidden_states).view(batch, nodes, -1)
+        predict = ops.masked_argmax(logits, vocab_size)  # [B, N]
+        steps = it.shape.num_steps
+        result = ops.verify_greedy(it.tokens, it.next_token, it.next_sibling, predict, steps)
+        return accept_and_extend(runner, ops, out, result, it.tokens, it.verify_slots,
+                                 it.seq_lens, it.shape.topk, steps + 1, it.extend)
+
+    return body

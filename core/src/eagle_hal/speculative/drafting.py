@@ -4,19 +4,30 @@ The draft's scratch KV for the draft token at depth d (1-based), branch k of a r
 at position ``seq_len + (d - 1) * K + k`` of the request's reserved block; only depths
 ``1 .. S - 1`` are ever run through the draft (the last level is only scored). Each branch
 attends to its request's cached prefix plus its own ancestors (``draft_kv_slots``).
+
+With graphs on, the whole loop replays as one device graph where the graph runner can
+(``GraphRunner.can_replay_draft_loop``), and what that graph records is this module's own
+loop, handed to it as the body: ``_chain_loop`` for a chain (K = 1), the tree's level
+growth (``_grow_levels``, which the level-by-level path runs too) for a tree. Otherwise
+the loop runs level by level, each level's forward still replaying its own graph where one
+applies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from eagle_hal.backend import TreeMaskMode
-from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import NO_NODE, SamplingOps, TreeShape, TreeStep, VerifyTree
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.engine.graphs.draft_loop import DraftLoop
+    from eagle_hal.engine.runner import ModelRunner
 
 __all__ = [
     "DraftInputs",
@@ -93,36 +104,24 @@ def draft_tree(
     """Draft S levels for every request and lay out the verify tree (root = ``roots``).
     A chain (K = 1, N = S + 1) takes ``draft_chain``, which needs no tree bookkeeping. With
     graphs on, the whole loop replays as one graph where it can
-    (``GraphRunner.run_draft_tree``); otherwise level by level, each level's forward still
-    replaying its own graph where one applies."""
+    (``GraphRunner.can_replay_draft_loop``); otherwise level by level, each level's forward
+    still replaying its own graph where one applies."""
     if shape.topk == 1 and shape.num_draft_tokens == shape.num_steps + 1:
         return draft_chain(runner, ops, shape.num_steps, inputs)
-    if runner.graphs is not None:  # the whole loop as one graph where it can
-        replayed = runner.graphs.run_draft_tree(
-            ops, shape, inputs.rows_t, inputs.seq_t, inputs.seq_lens, inputs.scratch,
-            inputs.state.topk_probs, inputs.state.topk_ids, inputs.state.hidden, inputs.roots,
+    graphs = runner.graphs
+    if graphs is not None and graphs.can_replay_draft_loop(shape, inputs):
+        return graphs.replay_draft_loop(
+            shape, inputs, functools.partial(_tree_loop, runner.draft, ops)
         )
-        if replayed is not None:
-            return replayed
-    draft = runner.draft
     batch, topk, steps = len(inputs.rows), shape.topk, shape.num_steps
-    probs, ids, root_hidden = inputs.state  # [B, K], [B, K], [B, H]
-    hidden_size = root_hidden.shape[-1]
     scratch = inputs.scratch[:, : steps * topk].view(batch, steps, topk)
     device_lens = (inputs.rows_t, inputs.seq_t, inputs.branches_t)
 
-    step: TreeStep = ops.grow_tree_step(probs, ids, None)
-    tree_steps = [step]
-    parents = [step.parent_branches]
-    frontier_hidden = root_hidden[:, None, :].expand(batch, topk, hidden_size).reshape(
-        -1, hidden_size
-    )
-    batch_index = torch.arange(batch, device=runner.device)[:, None]
-    for depth_index in range(steps - 1):  # run the frontier of depth depth_index + 1
-        kv_slots = ops.draft_kv_slots(scratch, parents, depth_index)  # [B * K, depth_index + 1]
+    def run_level(depth_index: int, tokens: torch.Tensor, frontier: torch.Tensor,
+                  kv_slots: torch.Tensor) -> torch.Tensor:
         forward = runner.make_batch(
             ForwardMode.DRAFT_DECODE,
-            input_ids=step.tokens,
+            input_ids=tokens,
             positions=inputs.positions[depth_index],
             rows=inputs.rows,
             prefix_lens=inputs.seq_lens,
@@ -132,19 +131,85 @@ def draft_tree(
             num_branches=topk,
             device_lens=device_lens,
         )
-        hidden_out = runner.run_draft(forward, frontier_hidden)  # [B * K, H]
-        child_probs, child_ids = draft.topk(hidden_out, topk)  # [B * K, K]
-        step = ops.grow_tree_step(child_probs, child_ids, step)
-        tree_steps.append(step)
-        parents.append(step.parent_branches)
-        frontier_hidden = hidden_out.view(batch, topk, hidden_size)[
-            batch_index, step.parent_branches
-        ].reshape(-1, hidden_size)
+        return runner.run_draft(forward, frontier)  # [B * K, H]
+
+    probs, ids, root_hidden = inputs.state  # [B, K], [B, K], [B, H]
+    batch_index = torch.arange(batch, device=runner.device)[:, None]
+    tree_steps = _grow_levels(runner.draft, ops, steps, probs, ids, root_hidden, scratch,
+                              batch_index, run_level)
     tree = ops.organize_draft_tree(tree_steps, shape.num_draft_tokens)
     return ops.build_verify_tree(
         inputs.roots, tree.tokens, tree.parents, inputs.seq_t, runner.tree_mask_mode,
         seq_lens_sum=sum(inputs.seq_lens),
     )
+
+
+# (depth index d, the level's tokens [B, K], its hidden states [B * K, H], its ancestors'
+# slots [B * K, d + 1]) -> the draft's hidden states [B * K, H]
+RunLevel = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _grow_levels(
+    draft: Any,
+    ops: SamplingOps,
+    steps: int,
+    probs: torch.Tensor,
+    ids: torch.Tensor,
+    root_hidden: torch.Tensor,
+    slots: torch.Tensor,
+    batch_index: torch.Tensor,
+    run_level: RunLevel,
+) -> list[TreeStep]:
+    """The tree steps of S levels grown from the root's children (``probs``/``ids``
+    ``[B, K]``, ``root_hidden`` ``[B, H]``): each of the S - 1 frontiers runs through the
+    draft (``run_level``, attending to its ancestors' ``slots`` ``[B, S, K]``), its lm_head
+    top-K is scored (``SamplingOps.grow_tree_step``: K*K candidates, the best K kept) and
+    the kept branches' parents' hidden states are gathered. ``batch_index``: ``[B, 1]``
+    row numbers. The level-by-level path and the draft-loop graph run it alike."""
+    batch, topk = ids.shape
+    hidden_size = root_hidden.shape[-1]
+    step: TreeStep = ops.grow_tree_step(probs, ids, None)
+    tree_steps = [step]
+    parents = [step.parent_branches]
+    frontier = root_hidden[:, None, :].expand(batch, topk, hidden_size).reshape(-1, hidden_size)
+    for depth_index in range(steps - 1):  # run the frontier of depth depth_index + 1
+        kv_slots = ops.draft_kv_slots(slots, parents, depth_index)  # [B * K, depth_index + 1]
+        hidden_out = run_level(depth_index, step.tokens, frontier, kv_slots)  # [B * K, H]
+        child_probs, child_ids = draft.topk(hidden_out, topk)  # [B * K, K]
+        step = ops.grow_tree_step(child_probs, child_ids, step)
+        tree_steps.append(step)
+        parents.append(step.parent_branches)
+        frontier = hidden_out.view(batch, topk, hidden_size)[
+            batch_index, step.parent_branches
+        ].reshape(-1, hidden_size)
+    return tree_steps
+
+
+def _tree_loop(draft: Any, ops: SamplingOps, loop: DraftLoop) -> VerifyTree:
+    """The tree's draft loop over a draft-loop graph's static inputs (the body that graph
+    records): ``_grow_levels`` with each level's ancestor slots set on its static batch
+    (the attention backend reads them in its forward), then the verify tree."""
+    constants = loop.constants
+    batch_index = constants.get("batch_index")
+    if batch_index is None:  # built at the warm-up, outside the graph
+        batch_index = torch.arange(loop.rows.shape[0], device=loop.rows.device)[:, None]
+        constants["batch_index"] = batch_index
+
+    def run_level(depth_index: int, tokens: torch.Tensor, frontier: torch.Tensor,
+                  kv_slots: torch.Tensor) -> torch.Tensor:
+        # the level's slots and tokens are read where they were computed (no copy into the
+        # static batch: the backend reads draft_kv_slots in its forward)
+        static = loop.steps[depth_index]
+        static.draft_kv_slots = kv_slots
+        return loop.forward(static, tokens.reshape(-1), frontier)
+
+    slots = loop.scratch.contiguous()  # one copy for every level (none at bucket 1)
+    assert loop.probs is not None
+    tree_steps = _grow_levels(draft, ops, loop.shape.num_steps, loop.probs, loop.ids,
+                              loop.hidden, slots, batch_index, run_level)
+    tree = ops.organize_draft_tree(tree_steps, loop.shape.num_draft_tokens)
+    return ops.build_verify_tree(loop.roots, tree.tokens, tree.parents, loop.seq_lens,
+                                 loop.mask_mode)
 
 
 def draft_chain(
@@ -154,16 +219,16 @@ def draft_chain(
     prefix and the chain before it; no candidate scoring, selection or reordering.
 
     With graphs on, the whole loop and the chain's verify layout replay as one graph
-    (``GraphRunner.run_draft_chain``); otherwise, or when that declines (no bucket fits,
-    an attention backend without ``multi_forward_graphs``, ``FULL`` masks), step by step,
-    each step's forward still replaying its own graph where one applies."""
-    if runner.graphs is not None:
-        tree = runner.graphs.run_draft_chain(
-            steps, inputs.rows_t, inputs.seq_t, inputs.seq_lens, inputs.scratch,
-            inputs.state.topk_ids[:, 0], inputs.state.hidden, inputs.roots,
-        )
-        if tree is not None:
-            return tree
+    (``GraphRunner.can_replay_draft_loop``); otherwise, or when that declines (no bucket
+    fits, an attention backend without ``multi_forward_graphs``, ``FULL`` masks), step by
+    step, each step's forward still replaying its own graph where one applies."""
+    graphs = runner.graphs
+    if graphs is not None:
+        shape = _chain_shape(steps)
+        if graphs.can_replay_draft_loop(shape, inputs):
+            return graphs.replay_draft_loop(
+                shape, inputs, functools.partial(_chain_loop, runner.draft)
+            )
     batch = len(inputs.rows)
     tokens = [inputs.state.topk_ids[:, 0]]  # S x [B]
     hidden = inputs.state.hidden  # [B, H]
@@ -188,6 +253,25 @@ def draft_chain(
     chain = torch.stack(tokens, dim=1)  # [B, S]
     return chain_tree(ops, inputs.roots, chain, inputs.seq_t, runner.tree_mask_mode,
                       sum(inputs.seq_lens))
+
+
+@functools.cache
+def _chain_shape(steps: int) -> TreeShape:
+    return TreeShape(1, steps, steps + 1)
+
+
+def _chain_loop(draft: Any, loop: DraftLoop) -> VerifyTree:
+    """The chain's draft loop over a draft-loop graph's static inputs (the body that graph
+    records): step d's forward reads its input ids from ``tokens[d]`` and writes its top-1
+    into ``tokens[d + 1]``; then ``chain_layout``, whose parts that depend on the shape
+    alone are built once (at the warm-up) and kept in the graph's constants."""
+    state = loop.hidden
+    for depth_index, static in enumerate(loop.steps):
+        state = loop.forward(static, static.input_ids, state)  # [bucket, H]
+        _, ids = draft.topk(state, 1)  # [bucket, 1]
+        loop.tokens[depth_index + 1].copy_(ids[:, 0])
+    return chain_layout(loop.roots, loop.tokens.t(), loop.seq_lens, loop.mask_mode,
+                        loop.constants)
 
 
 def chain_tree(

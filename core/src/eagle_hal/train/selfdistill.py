@@ -121,7 +121,7 @@ def _time_report(ledger: StepLedger, seconds: float) -> str:
 def graph_buckets(max_batch_size: int) -> tuple[int, ...]:
     """The engine's default graph buckets, extended by steps of about 1.5x (rounded to a
     multiple of 16) so that every batch size up to ``max_batch_size`` fits one."""
-    from eagle_hal.engine.graph_runner import DEFAULT_BUCKETS
+    from eagle_hal.engine.graphs.runner import DEFAULT_BUCKETS
 
     buckets = [b for b in DEFAULT_BUCKETS if b < max_batch_size] or [1]
     while buckets[-1] < max_batch_size:

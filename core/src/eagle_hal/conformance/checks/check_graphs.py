@@ -3,7 +3,7 @@ across batch buckets with padding, at the backend's own page size. Skipped (with
 on backends that declare no graph capture.
 
 ``test_replay_equals_eager`` checks the attention hooks alone, in one unpadded batch shape.
-It drives them as ``engine.graph_runner.GraphRunner`` does (the contract is in
+It drives them as ``engine.graphs.runner.GraphRunner`` does (the contract is in
 ``eagle_hal.hal.attention`` and ``eagle_hal.hal.graphs``): ``init_graph_state``,
 ``plan_for_capture`` on a static batch, a warm-up forward under ``warmup()``, one forward
 recorded with ``record(graph, ...)``. Then for two other batches of the same shape (other

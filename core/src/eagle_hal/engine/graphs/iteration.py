@@ -7,7 +7,13 @@ the draft extend's inputs (the emitted tokens padded with the bonus token, posit
 slots, the accepted nodes' features), the draft extend forward, the draft's top-K at each
 request's last emitted token, and the packed results for the host. Eagerly that is about a
 hundred host calls per iteration; ``VerifyExtendGraph`` records all of it into one graph
-per ``(bucket, S, K, N)``, whose static inputs are
+per ``(bucket, S, K, N, reserve, aux layers, tree-mask layout)``.
+
+What the graph records is the algorithm's own code: the caller passes the body
+(``VerifyExtendBody``; ``speculative.acceptance.greedy_accept_and_extend`` gives the
+speculative iteration's), which reads the static inputs ``VerifyExtend`` gives it and runs
+the two forwards over their static batches (``VerifyExtend.verify``, ``VerifyExtend.extend``).
+Its static inputs are
 
     rows, seq_lens        [bucket]               table rows, cached lengths (the device's)
     slots                 [bucket, reserve]      slots of positions seq_len, seq_len + 1, ...
@@ -15,7 +21,8 @@ per ``(bucket, S, K, N)``, whose static inputs are
     next_token, next_sibling  [bucket, N]        its links
     tree_mask             tree-block [bucket, N, N] or bit-packed [bucket, N]
 
-and whose outputs (outside the shared pool, ``chain_graph.record_with_own_outputs``) are
+and its outputs (outside the shared pool, ``engine.graphs.forward.record_with_own_outputs``)
+are the body's, for the speculative iteration
 
     packed     [bucket, 2 + W + N]  accept length, bonus token, accepted nodes, tree tokens
     seq_next   [bucket]             seq_lens + accept lengths
@@ -36,63 +43,42 @@ seeds and counters and stays eager.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from eagle_hal.backend import TreeMaskMode
-from eagle_hal.engine.chain_graph import record_with_own_outputs
+from eagle_hal.engine.graphs.forward import record_with_own_outputs, replay_forwards
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
-from eagle_hal.hal.sampling import NO_NODE, SamplingOps, VerifyTree
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.hal.sampling import NO_NODE, TreeShape, VerifyTree
 
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.speculative.drafting import DraftInputs
+
+__all__ = ["ExtendForward", "VerifyExtend", "VerifyExtendBody", "VerifyExtendGraph"]
+
+# (input ids [B, W], positions [B, W], features [B * W, H]) -> the draft extend's hidden
+# states [B * W, H]
 ExtendForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
-__all__ = ["VerifyExtendGraph", "accept_and_extend"]
+
+class VerifyExtend(NamedTuple):
+    """What a verify-accept-extend body reads inside the graph (see the module docstring)."""
+
+    shape: TreeShape
+    seq_lens: torch.Tensor  # [bucket] int64 cached lengths
+    tokens: torch.Tensor  # [bucket, N] int64 the verify tree's tokens
+    next_token: torch.Tensor  # [bucket, N] int64 its links
+    next_sibling: torch.Tensor  # [bucket, N] int64
+    verify_slots: torch.Tensor  # [bucket, N] the verify forward's K/V slots
+    verify: Callable[[], Any]  # the target's verify forward: its ``ModelOutput``
+    extend: ExtendForward  # the draft's extend forward over W = S + 1 tokens a request
 
 
-def accept_and_extend(
-    runner: Any,
-    ops: SamplingOps,
-    out: Any,
-    result: Any,
-    tokens: torch.Tensor,
-    verify_slots: torch.Tensor,
-    seq_lens: torch.Tensor,
-    topk: int,
-    width: int,
-    extend: ExtendForward,
-) -> tuple[torch.Tensor, ...]:
-    """An overlapped iteration after its accept, on the device, eager or recorded alike:
-    move the accepted path to the front of the verify block, run the draft extend over
-    ``width`` tokens (the path's drafts then the bonus token, padded with the bonus) fed
-    the accepted nodes' features, and take the draft's top-K at each request's last
-    emitted token.
-
-    ``out`` the verify forward's output, ``result`` its ``AcceptResult``, ``tokens`` /
-    ``verify_slots`` ``[B, N]`` the verify tree's, ``seq_lens`` ``[B]`` int64 cached
-    lengths, ``extend(input_ids [B, W], positions [B, W], features [B * W, H])`` the
-    draft's extend forward, returning its hidden states ``[B * W, H]``. Returns
-    ``(packed [B, 2 + W + N], seq_lens + accept lengths, bonus [B], probs [B, K],
-    ids [B, K], hidden [B, H])``."""
-    batch = tokens.shape[0]
-    path = ops.compact_accepted(tokens, result.accepted_nodes, result.accept_lens, verify_slots)
-    if topk > 1:  # a chain's accepted path is always in place
-        runner.target_kv.move_kv(path.kv_source.reshape(-1), path.kv_destination.reshape(-1))
-    lens, bonus = result.accept_lens.long(), result.bonus_tokens.long()  # [B] each
-    column = torch.arange(width, dtype=torch.int64, device=tokens.device)
-    shifted = torch.cat([path.tokens[:, 1:], bonus[:, None]], dim=1)  # [B, W]
-    input_ids = torch.where(column < (lens - 1)[:, None], shifted, bonus[:, None])
-    features = runner.draft.project_target_features(out)[path.hidden_index.reshape(-1)]
-    hidden_out = extend(input_ids, seq_lens[:, None] + column, features.to(runner.dtype))
-    rows = torch.arange(batch, dtype=torch.int64, device=tokens.device)
-    last = hidden_out.view(batch, width, -1)[rows, lens - 1]  # [B, H] the last emitted
-    probs, ids = runner.draft.topk(last, topk)
-    packed = torch.cat(
-        [lens.view(-1, 1), bonus.view(-1, 1), result.accepted_nodes.long(), tokens.long()], dim=1
-    )
-    return packed, seq_lens + lens, bonus, probs, ids, last
+# the algorithm's verify, accept and extend: the static inputs in, the outputs out
+VerifyExtendBody = Callable[[VerifyExtend], tuple[torch.Tensor, ...]]
 
 
 @dataclasses.dataclass
@@ -100,8 +86,7 @@ class VerifyExtendGraph:
     """One captured verify-accept-extend; see the module docstring."""
 
     graph: DeviceGraph
-    attns: tuple[AttentionBackend, AttentionBackend]  # target's, draft's
-    batches: tuple[ForwardBatch, ForwardBatch]  # the static verify and extend batches
+    forwards: tuple[tuple[AttentionBackend, ForwardBatch], ...]  # the verify, the extend
     pad_slot: int
     rows: torch.Tensor
     seq_lens: torch.Tensor
@@ -122,23 +107,21 @@ class VerifyExtendGraph:
         cls,
         capture: GraphCapture,
         runner: Any,
-        ops: SamplingOps,
+        body: VerifyExtendBody,
         *,
         bucket: int,
-        steps: int,
-        topk: int,
-        nodes: int,
+        shape: TreeShape,
         reserve: int,
         aux_layers: tuple[int, ...],
-        vocab_size: int,
         pad_slot: int,
     ) -> VerifyExtendGraph:
         """Static inputs holding padding only, both forwards planned in capture order, a
-        warm-up run, then the recorded iteration."""
+        warm-up run of ``body``, then the recorded iteration. ``runner``: the
+        ``ModelRunner`` whose target and draft run."""
         target, draft = runner.target, runner.draft
         target_attn, draft_attn = runner.target_attn, runner.draft_attn
         device, slot_dtype, mask_mode = runner.device, runner.slot_dtype, runner.tree_mask_mode
-        width = steps + 1
+        nodes, width = shape.num_draft_tokens, shape.num_steps + 1
         long: dict[str, Any] = dict(dtype=torch.int64, device=device)
         rows, seq_lens = torch.zeros(bucket, **long), torch.zeros(bucket, **long)
         slots = torch.full((bucket, reserve), pad_slot, dtype=slot_dtype, device=device)
@@ -175,38 +158,35 @@ class VerifyExtendGraph:
             extend_positions.copy_(at)
             return draft.forward(extend, draft_attn, extend.input_ids, features)
 
+        def run_verify() -> Any:
+            return target.forward(verify, target_attn, aux_layers=aux_layers)
+
+        statics = VerifyExtend(shape, seq_lens, tokens, next_token, next_sibling, verify_slots,
+                               run_verify, run_extend)
+
         def iteration() -> tuple[torch.Tensor, ...]:
-            out = target.forward(verify, target_attn, aux_layers=aux_layers)
-            logits = target.compute_logits(out.hidden_states).view(bucket, nodes, -1)
-            predict = ops.masked_argmax(logits, vocab_size)  # [bucket, N]
-            result = ops.verify_greedy(tokens, next_token, next_sibling, predict, steps)
-            return accept_and_extend(runner, ops, out, result, tokens, verify_slots, seq_lens,
-                                     topk, width, run_extend)
+            return body(statics)
 
         with capture.warmup():  # compiles kernels and settles lazy state off-graph
             warm = iteration()
         graph = capture.new_graph()
         outputs = record_with_own_outputs(capture, graph, iteration, warm)
-        return cls(graph, (target_attn, draft_attn), (verify, extend), pad_slot, rows, seq_lens,
-                   slots, tokens, positions, next_token, next_sibling, tree_mask, pad_mask,
-                   verify_slots, extend_slots, outputs)
+        return cls(graph, ((target_attn, verify), (draft_attn, extend)), pad_slot, rows,
+                   seq_lens, slots, tokens, positions, next_token, next_sibling, tree_mask,
+                   pad_mask, verify_slots, extend_slots, outputs)
 
-    def replay(
-        self,
-        rows: torch.Tensor,
-        seq_lens: torch.Tensor,
-        bounds: Sequence[int],
-        slots: torch.Tensor,
-        tree: VerifyTree,
-    ) -> tuple[torch.Tensor, ...]:
-        """Refresh the inputs with a batch of B <= bucket requests (``bounds``: upper
-        bounds of their lengths, the host lengths the plans see), then both forwards'
+    def replay(self, inputs: DraftInputs, tree: VerifyTree) -> tuple[torch.Tensor, ...]:
+        """Refresh the inputs with a batch of B <= bucket requests (``inputs``: the draft
+        loop's, whose ``seq_lens`` are upper bounds of the lengths, the host lengths the
+        plans see, and whose ``scratch`` ``[B, >= reserve]`` holds the slots of positions
+        ``seq_len ..``; ``tree``: the draft loop's verify tree), then both forwards'
         metadata in capture order, and replay. Returns the outputs' first B rows, copied
         (the next replay rewrites the graph's)."""
+        bounds, slots = inputs.seq_lens, inputs.scratch
         size = len(bounds)
         nodes, width = self.tokens.shape[1], self.extend_slots.shape[1]
-        self.rows[:size].copy_(rows)
-        self.seq_lens[:size].copy_(seq_lens)
+        self.rows[:size].copy_(inputs.rows_t)
+        self.seq_lens[:size].copy_(inputs.seq_t)
         self.slots[:size].copy_(slots[:, : self.slots.shape[1]])
         self.verify_slots[:size].copy_(slots[:, :nodes])
         self.extend_slots[:size].copy_(slots[:, :width])
@@ -224,12 +204,6 @@ class VerifyExtendGraph:
                 tensor[size:].fill_(self.pad_slot)
             self.tree_mask[size:].copy_(self.pad_mask.expand_as(self.tree_mask[size:]))
         self.filled = size
-        prefix_lens_cpu = tuple(bounds) + (0,) * (self.rows.shape[0] - size)
-        updates = []
-        for attn, static in zip(self.attns, self.batches, strict=True):
-            assert static.attn_metadata is not None
-            view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
-            attn.plan_for_replay(view, static.attn_metadata)
-            updates.append(attn.replay_host_updates(view, static.attn_metadata))
-        self.graph.replay(merge_host_updates(updates))
+        replay_forwards(self.graph, self.forwards,
+                        tuple(bounds) + (0,) * (self.rows.shape[0] - size))
         return tuple(out[:size].clone() for out in self.outputs)

@@ -1,7 +1,11 @@
 """Device-graph capture of model forwards, per batch-size bucket.
 
 ``GraphRunner`` sits beside the ``ModelRunner`` and replaces an eager forward by the replay
-of a captured one when it can. A forward is capturable when every request has the same
+of a captured one when it can. Each kind of graph is asked first and replayed after: the
+caller asks ``can_replay_<kind>`` and, on ``True``, takes ``replay_<kind>``; on ``False``
+it runs the same work eagerly. The kinds: ``target`` and ``draft`` (one forward),
+``draft_loop`` (the draft's whole loop) and ``iteration`` (an overlapped iteration's
+verify, accept and extend). A forward is capturable when every request has the same
 number of query tokens (DECODE, TARGET_VERIFY, DRAFT_DECODE, and DRAFT_EXTEND when the
 accepted lengths agree, e.g. always at batch size 1) and the batch fits a bucket. Graphs are
 captured lazily, the first time a shape is seen, one per
@@ -13,7 +17,7 @@ and static outputs; all graphs share the ``GraphCapture``'s memory pool.
 
 Replay copies the real batch into the front of the static buffers, padded requests reading
 and disturbing nothing real, then the attention backend's replay hooks run and the
-outputs are sliced to the real tokens (``engine.forward_graph``, which holds one captured
+outputs are sliced to the real tokens (``engine.graphs.forward``, which holds one captured
 forward).
 
 An extend whose lengths vary from call to call (prompts' prefills, the draft's extend
@@ -30,10 +34,14 @@ launch per op (``benchmarks/profile_prefill.py --device cuda`` on an H200: an 83
 prefill takes 15 ms of host time for 0.9 ms of device work, with the draft's extend 28 ms;
 16 prompts at once 15.4 ms against 6.7 ms replayed). ``GraphRunner(prefill_graphs=False)``
 turns this off. Anything else (a tree, more requests than the largest bucket, more tokens
-than the largest token bucket) returns ``None`` and the caller runs eagerly.
+than the largest token bucket) is not replayed: ``can_replay_target``/``can_replay_draft``
+say so and the caller runs eagerly.
 
-The draft's chain and tree loops are captured whole, one graph per loop shape
-(``engine.graph_draft_loop``).
+The draft's loop, a chain's or a tree's, is captured whole, one graph per loop shape
+(``engine.graphs.draft_loop``), and so is an overlapped iteration's verify-to-extend part
+(``engine.graphs.iteration``). What those graphs record is the algorithm's own code, which
+the caller passes in (``speculative.drafting`` its loop bodies, ``speculative.acceptance``
+the verify, accept and extend): this package imports nothing of ``eagle_hal.speculative``.
 """
 
 from __future__ import annotations
@@ -45,19 +53,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle_hal.backend import TreeMaskMode
-from eagle_hal.engine import graph_draft_loop
-from eagle_hal.engine.chain_graph import ChainGraph
-from eagle_hal.engine.forward_graph import Body, CapturedForward
-from eagle_hal.engine.iteration_graph import VerifyExtendGraph
+from eagle_hal.engine.graphs.draft_loop import DraftLoopBody, DraftLoopGraph, is_chain
+from eagle_hal.engine.graphs.forward import Body, CapturedForward
+from eagle_hal.engine.graphs.iteration import VerifyExtendBody, VerifyExtendGraph
 from eagle_hal.engine.page_allocator import PADDING_PAGE
-from eagle_hal.engine.tree_graph import TreeGraph
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import GraphCapture
-from eagle_hal.hal.sampling import SamplingOps, TreeShape, VerifyTree
+from eagle_hal.hal.sampling import TreeShape, VerifyTree
 from eagle_hal.model.llama import ModelOutput
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.engine.runner import ModelRunner
+    from eagle_hal.speculative.drafting import DraftInputs
+
+# a forward's replay plan: (bucket of requests, token bucket of a padded extend or None)
+Plan = tuple[int, "int | None"]
 
 __all__ = ["DEFAULT_BUCKETS", "GraphRunner", "supports_replay"]
 
@@ -81,7 +91,9 @@ def supports_replay(attn: AttentionBackend) -> bool:
 
 
 class GraphRunner:
-    """Captured target and draft forwards for one ``ModelRunner``; see the module docstring.
+    """Captured target and draft forwards, draft loops and overlapped iterations for one
+    ``ModelRunner``; see the module docstring. Each kind replays through a pair:
+    ``can_replay_<kind>(...)`` first, then ``replay_<kind>(...)`` only where it said yes.
 
     ``buckets`` are the padded batch sizes (sorted, positive); a batch of B requests runs
     in the smallest bucket >= B. ``chain_graphs`` / ``tree_graphs``: a draft chain's
@@ -107,23 +119,24 @@ class GraphRunner:
         self.buckets = tuple(sorted(set(buckets)))
         self.pad_slot = PADDING_PAGE * runner.layout.page_size
         self._graphs: dict[tuple[object, ...], CapturedForward] = {}
-        self._chains: dict[tuple[object, ...], ChainGraph] = {}
-        self._trees: dict[tuple[object, ...], TreeGraph] = {}
+        self._loops: dict[tuple[object, ...], DraftLoopGraph] = {}  # chains' and trees'
         self._iterations: dict[tuple[object, ...], VerifyExtendGraph] = {}
         self._graph_state_ready: set[int] = set()  # id() of attention backends initialised
+        # the last forward asked about and its plan, which its replay then takes
+        self._asked: tuple[ForwardBatch, str, Plan | None] | None = None
         self.replays = 0  # single forwards served by a graph (for diagnostics and tests)
         self.chain_replays = 0  # whole draft chain loops served by a graph
         self.tree_replays = 0  # whole draft tree loops served by a graph
         self.iteration_replays = 0  # overlapped verify-to-extend parts served by a graph
-        # The chain loop as one graph (``chain_graph``). It equals the eager loop
+        # The chain loop as one graph (``draft_loop``). It equals the eager loop
         # (conformance ``graphs/chain_loop_equals_eager``: the same chain accept length
         # step by step and as one graph) and runs chain decoding faster (1.63x on an H200,
         # ``eagle-hal bench --modes chain`` against ``GraphRunner(chain_graphs=False)``).
         self.chain_graphs = chain_graphs
-        # The tree loop (K > 1) as one graph (``tree_graph``). It equals the level-by-level
+        # The tree loop (K > 1) as one graph (``draft_loop``). It equals the level-by-level
         # loop (conformance ``graphs/tree_loop_equals_eager``) and runs batch-1 tree
         # decoding faster (1.74x on an H200, ``eagle-hal bench --modes tree``). Its outputs
-        # live outside the shared graph pool (``chain_graph.record_with_own_outputs``): a
+        # live outside the shared graph pool (``forward.record_with_own_outputs``): a
         # verify graph captured before it would overwrite a tree kept in the pool
         # (tests/backends/cuda check it at two depths sharing one verify shape).
         self.tree_graphs = tree_graphs
@@ -142,7 +155,7 @@ class GraphRunner:
 
     @property
     def num_graphs(self) -> int:
-        return len(self._graphs) + len(self._chains) + len(self._trees) + len(self._iterations)
+        return len(self._graphs) + len(self._loops) + len(self._iterations)
 
     def bucket_for(self, batch_size: int) -> int | None:
         """The smallest bucket holding ``batch_size`` requests, or ``None``."""
@@ -193,22 +206,21 @@ class GraphRunner:
             return None
         return bucket
 
-    # -- the two model passes ---------------------------------------------------------------
+    # -- one forward: the target's, the draft's -------------------------------------------
 
-    def run_target(
-        self, batch: ForwardBatch, aux_layers: tuple[int, ...] = ()
-    ) -> ModelOutput | None:
-        """The target's ``ModelOutput`` for ``batch`` from a graph, or ``None`` (run it
-        eagerly). Captures on first sight of a shape."""
+    def can_replay_target(self, batch: ForwardBatch) -> bool:
+        """Whether the target's forward over ``batch`` replays from a graph (captured on
+        first sight of its shape by ``replay_target``); else the caller runs it eagerly."""
+        plan = self._target_plan(batch)
+        self._asked = (batch, "target", plan)
+        return plan is not None
+
+    def replay_target(self, batch: ForwardBatch, aux_layers: tuple[int, ...] = ()) -> ModelOutput:
+        """The target's ``ModelOutput`` for ``batch`` from a graph, captured on first sight
+        of a shape; only where ``can_replay_target(batch)``."""
         runner = self.runner
         target, attn = runner.target, runner.target_attn
-        bucket, padded = self._capturable(batch), None
-        if bucket is None:
-            padded = (self.prefill_bucket(batch, attn) if batch.mode is ForwardMode.EXTEND
-                      else None)
-            if padded is None:
-                return None
-            bucket = self.prefill_requests(attn)
+        bucket, padded = self._plan_of(batch, "target")
         key = ("target", *self._shape_key(batch, bucket, padded), aux_layers)
         entry = self._graphs.get(key)
         if entry is None:
@@ -223,24 +235,25 @@ class GraphRunner:
         outputs = self._replay(entry, batch, None, attn)
         return ModelOutput(outputs[0], tuple(outputs[1:]))
 
-    def run_draft(
+    def can_replay_draft(self, batch: ForwardBatch, *, prefill: bool = False) -> bool:
+        """Whether the draft's forward over ``batch`` replays from a graph; else the caller
+        runs it eagerly. ``prefill``: an extend whose length varies from call to call (over
+        a prompt, a catch-up): never a graph of its own length, only a token bucket's
+        (``prefill_bucket``)."""
+        plan = self._draft_plan(batch, prefill)
+        self._asked = (batch, "prefill" if prefill else "draft", plan)
+        return plan is not None
+
+    def replay_draft(
         self, batch: ForwardBatch, hidden: torch.Tensor, *, prefill: bool = False
-    ) -> torch.Tensor | None:
+    ) -> torch.Tensor:
         """The draft's output hidden states ``[T, H]`` for ``batch`` and input features
-        ``hidden`` ``[T, H_in]`` from a graph, or ``None`` (run it eagerly). ``prefill``:
-        an extend whose length varies from call to call (over a prompt, a catch-up): never
-        a graph of its own length, only a token bucket's (``prefill_bucket``)."""
+        ``hidden`` ``[T, H_in]`` from a graph, captured on first sight of a shape; only
+        where ``can_replay_draft(batch, prefill=prefill)``."""
         runner = self.runner
         draft, attn = runner.draft, runner.draft_attn
-        if draft is None or attn is None:
-            return None
-        if prefill:
-            padded = self.prefill_bucket(batch, attn)
-            bucket = None if padded is None else self.prefill_requests(attn)
-        else:
-            padded, bucket = None, self._capturable(batch)
-        if bucket is None:
-            return None
+        assert attn is not None
+        bucket, padded = self._plan_of(batch, "prefill" if prefill else "draft")
         key = ("draft", *self._shape_key(batch, bucket, padded), hidden.shape[1:], hidden.dtype)
         entry = self._graphs.get(key)
         if entry is None:
@@ -252,89 +265,148 @@ class GraphRunner:
             self._graphs[key] = entry
         return self._replay(entry, batch, hidden, attn)[0]
 
-    def run_draft_chain(
-        self,
-        steps: int,
-        rows: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: Sequence[int],
-        scratch: torch.Tensor,
-        first_tokens: torch.Tensor,
-        hidden: torch.Tensor,
-        roots: torch.Tensor,
-    ) -> VerifyTree | None:
-        """The chain draft's loop from one graph, or ``None``: see
-        ``engine.graph_draft_loop.run_draft_chain``."""
-        return graph_draft_loop.run_draft_chain(
-            self, steps, rows, seq_lens, seq_lens_cpu, scratch, first_tokens, hidden, roots
-        )
+    def _target_plan(self, batch: ForwardBatch) -> Plan | None:
+        bucket = self._capturable(batch)
+        if bucket is not None:
+            return bucket, None
+        if batch.mode is not ForwardMode.EXTEND:
+            return None
+        attn = self.runner.target_attn
+        padded = self.prefill_bucket(batch, attn)
+        return None if padded is None else (self.prefill_requests(attn), padded)
 
-    def run_draft_tree(
-        self,
-        ops: SamplingOps,
-        shape: TreeShape,
-        rows: torch.Tensor,
-        seq_lens: torch.Tensor,
-        seq_lens_cpu: Sequence[int],
-        scratch: torch.Tensor,
-        probs: torch.Tensor,
-        ids: torch.Tensor,
-        hidden: torch.Tensor,
-        roots: torch.Tensor,
-    ) -> VerifyTree | None:
-        """The tree draft's loop from one graph, or ``None``: see
-        ``engine.graph_draft_loop.run_draft_tree``."""
-        return graph_draft_loop.run_draft_tree(
-            self, ops, shape, rows, seq_lens, seq_lens_cpu, scratch, probs, ids, hidden, roots
-        )
+    def _draft_plan(self, batch: ForwardBatch, prefill: bool) -> Plan | None:
+        runner = self.runner
+        attn = runner.draft_attn
+        if runner.draft is None or attn is None:
+            return None
+        if not prefill:
+            bucket = self._capturable(batch)
+            return None if bucket is None else (bucket, None)
+        padded = self.prefill_bucket(batch, attn)
+        return None if padded is None else (self.prefill_requests(attn), padded)
+
+    def _plan_of(self, batch: ForwardBatch, kind: str) -> Plan:
+        """The plan ``can_replay_*`` found for ``batch`` as a forward of ``kind``
+        (``"target"``, ``"draft"``, ``"prefill"``), computed again when another batch was
+        asked about since."""
+        asked = self._asked
+        if asked is not None and asked[0] is batch and asked[1] == kind:
+            plan = asked[2]
+        elif kind == "target":
+            plan = self._target_plan(batch)
+        else:
+            plan = self._draft_plan(batch, kind == "prefill")
+        self._asked = None
+        if plan is None:
+            raise ValueError(f"a {batch.mode.value} forward of this batch has no graph: "
+                             "ask can_replay_* first and run it eagerly")
+        return plan
+
+    # -- the draft's loop ------------------------------------------------------------------
+
+    def can_replay_draft_loop(self, shape: TreeShape, inputs: DraftInputs) -> bool:
+        """Whether the draft's loop of ``shape`` over ``inputs``'s requests replays as one
+        graph (``engine.graphs.draft_loop``); else the caller runs it step by step, each
+        step's forward still replaying its own graph where one applies. Not: the loop's
+        kind switched off (``chain_graphs`` for a chain, ``tree_graphs`` for a tree), no
+        bucket holds the batch, fewer than two levels, no draft, an attention without
+        ``multi_forward_graphs`` (or, for a tree, whose ancestor slots are computed in the
+        graph, without ``draft_slots_read_in_forward``), or ``FULL`` tree masks (sized by
+        host lengths)."""
+        runner = self.runner
+        attn = runner.draft_attn
+        chain = is_chain(shape)
+        enabled = self.chain_graphs if chain else self.tree_graphs
+        if not enabled or shape.num_steps < 2 or runner.draft is None or attn is None:
+            return False
+        if not attn.multi_forward_graphs or runner.tree_mask_mode == TreeMaskMode.FULL:
+            return False
+        if not chain and not attn.draft_slots_read_in_forward:
+            return False
+        return self.bucket_for(len(inputs.seq_lens)) is not None
 
     @torch.inference_mode()
-    def run_verify_extend(
+    def replay_draft_loop(
+        self, shape: TreeShape, inputs: DraftInputs, body: DraftLoopBody
+    ) -> VerifyTree:
+        """The draft's loop of ``shape`` and its verify tree from one graph that records
+        ``body`` (the algorithm's loop), captured on first sight of a (bucket, shape);
+        only where ``can_replay_draft_loop(shape, inputs)``. Writes the draft K/V of depths
+        ``1 .. S - 1`` at their scratch slots. The tree's tokens and positions are fresh
+        copies; its other tensors are views of the graph's outputs."""
+        runner = self.runner
+        attn, mask_mode, hidden = runner.draft_attn, runner.tree_mask_mode, inputs.state.hidden
+        bucket = self.bucket_for(len(inputs.seq_lens))
+        assert bucket is not None and attn is not None
+        key = (bucket, shape, tuple(hidden.shape[1:]), hidden.dtype, mask_mode)
+        loop = self._loops.get(key)
+        if loop is None:
+            self._init_graph_state(attn)
+            loop = DraftLoopGraph.capture(
+                self.capture, runner.draft, attn, body, bucket=bucket, shape=shape,
+                hidden=hidden, mask_mode=mask_mode, pad_slot=self.pad_slot,
+                slot_dtype=runner.slot_dtype,
+            )
+            self._loops[key] = loop
+        tree = loop.replay(inputs)
+        if loop.chain:
+            self.chain_replays += 1
+        else:
+            self.tree_replays += 1
+        return tree
+
+    # -- an overlapped iteration's verify, accept and extend -------------------------------
+
+    def can_replay_iteration(self, shape: TreeShape, inputs: DraftInputs) -> bool:
+        """Whether an overlapped iteration of ``shape`` over ``inputs``'s requests replays
+        from its verify to the draft's next state as one graph (greedy;
+        ``engine.graphs.iteration``); else the caller runs it eagerly. Not: no bucket holds
+        the batch, no draft, attention backends without ``multi_forward_graphs``, ``FULL``
+        masks, or more verify nodes per request than a captured forward takes."""
+        runner = self.runner
+        if runner.draft is None:
+            return False
+        for attn in (runner.target_attn, runner.draft_attn):
+            if attn is None or not attn.multi_forward_graphs:
+                return False
+        if runner.tree_mask_mode == TreeMaskMode.FULL:
+            return False
+        if shape.num_draft_tokens > MAX_TOKENS_PER_REQUEST:
+            return False
+        return self.bucket_for(len(inputs.seq_lens)) is not None
+
+    @torch.inference_mode()
+    def replay_iteration(
         self,
-        ops: SamplingOps,
         shape: TreeShape,
         reserve: int,
         aux_layers: tuple[int, ...],
-        vocab_size: int,
-        rows: torch.Tensor,
-        seq_lens: torch.Tensor,
-        bounds: Sequence[int],
-        slots: torch.Tensor,
+        inputs: DraftInputs,
         tree: VerifyTree,
-    ) -> tuple[torch.Tensor, ...] | None:
-        """An overlapped speculative iteration from its verify to the draft's next state
-        (greedy; ``engine.iteration_graph``) as one graph, or ``None`` (run it eagerly): no
-        bucket holds the batch, no draft, attention backends without
-        ``multi_forward_graphs``, ``FULL`` masks, or more verify nodes per request than a
-        captured forward takes. Captures on first sight of a (bucket, S, K, N).
-
-        ``rows``/``seq_lens`` ``[B]`` int64 (the device's lengths), ``bounds`` upper bounds
-        of them on the host, ``slots`` ``[B, >= reserve]`` the slots of positions
-        ``seq_len ..``, ``tree`` the draft loop's verify tree. Returns the outputs listed in
-        ``engine.iteration_graph`` for the B requests."""
+        body: VerifyExtendBody,
+    ) -> tuple[torch.Tensor, ...]:
+        """The iteration from the verify of ``tree`` (the draft loop's) to the draft's next
+        state from one graph that records ``body`` (the algorithm's verify, accept and
+        extend), captured on first sight of a (bucket, shape, reserve, aux layers); only
+        where ``can_replay_iteration(shape, inputs)``. ``inputs``: the draft loop's (its
+        ``seq_lens`` upper bounds of the lengths, its ``scratch`` ``[B, >= reserve]`` the
+        slots of positions ``seq_len ..``). Returns ``body``'s outputs for the B requests."""
         runner = self.runner
-        attns = (runner.target_attn, runner.draft_attn)
-        if runner.draft is None or any(a is None or not a.multi_forward_graphs for a in attns):
-            return None
-        if runner.tree_mask_mode == TreeMaskMode.FULL:
-            return None
-        if shape.num_draft_tokens > MAX_TOKENS_PER_REQUEST:
-            return None
-        bucket = self.bucket_for(len(bounds))
-        if bucket is None:
-            return None
+        bucket = self.bucket_for(len(inputs.seq_lens))
+        assert bucket is not None
         key = (bucket, shape, reserve, aux_layers, runner.tree_mask_mode)
         entry = self._iterations.get(key)
         if entry is None:
-            for attn in attns:
+            for attn in (runner.target_attn, runner.draft_attn):
+                assert attn is not None
                 self._init_graph_state(attn)
             entry = VerifyExtendGraph.capture(
-                self.capture, runner, ops, bucket=bucket, steps=shape.num_steps,
-                topk=shape.topk, nodes=shape.num_draft_tokens, reserve=reserve,
-                aux_layers=aux_layers, vocab_size=vocab_size, pad_slot=self.pad_slot,
+                self.capture, runner, body, bucket=bucket, shape=shape, reserve=reserve,
+                aux_layers=aux_layers, pad_slot=self.pad_slot,
             )
             self._iterations[key] = entry
-        outputs = entry.replay(rows, seq_lens, bounds, slots, tree)
+        outputs = entry.replay(inputs, tree)
         self.iteration_replays += 1
         return outputs
 

@@ -1,10 +1,11 @@
-"""One captured forward: its static padded batch, its capture, and its replay.
+"""Captured forwards: one forward per graph, and the recording and replay of graphs that
+hold several.
 
-``GraphRunner`` decides which forwards replay and in which bucket; this module holds
-what one such graph is. ``CapturedForward.capture`` records a forward over a static
-``ForwardBatch`` padded to a bucket of requests (or, for an extend whose length varies, to
-a token bucket); ``CapturedForward.replay`` copies a real batch into the front of the
-static buffers and replays it.
+``engine.graphs.runner.GraphRunner`` decides which forwards replay and in which bucket;
+this module holds what one such graph is. ``CapturedForward.capture`` records a forward
+over a static ``ForwardBatch`` padded to a bucket of requests (or, for an extend whose
+length varies, to a token bucket); ``CapturedForward.replay`` copies a real batch into the
+front of the static buffers and replays it.
 
 Replay (the order ``eagle_hal.hal.attention`` states for the graph hooks): the real
 batch's tensors are copied into the front of the static buffers; padded requests get
@@ -15,20 +16,27 @@ updates ``replay_host_updates`` gives (``None`` for most backends), and the outp
 sliced to the real tokens and copied out (the static outputs are overwritten by the next
 replay). A token bucket's graph for any number of requests (``ragged``) gives its padding
 tokens a request of their own, after the real ones.
+
+The draft loop (``engine.graphs.draft_loop``) and the verify-accept-extend part of an
+overlapped iteration (``engine.graphs.iteration``) hold several forwards in one graph.
+``record_with_own_outputs`` records them with their outputs outside the shared graph pool,
+and ``replay_forwards`` refreshes every forward's metadata in capture order before the one
+replay (the contract for several forwards in one graph is in ``eagle_hal.hal.attention``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
 from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
 
-__all__ = ["Body", "CapturedForward", "static_batch"]
+__all__ = ["Body", "CapturedForward", "record_with_own_outputs", "replay_forwards",
+           "static_batch"]
 
 # what a captured forward runs: (static batch, static input features or None) -> outputs
 Body = Callable[[ForwardBatch, "torch.Tensor | None"], tuple[torch.Tensor, ...]]
@@ -179,3 +187,54 @@ class CapturedForward:
         attn.plan_for_replay(view, static.attn_metadata)
         self.graph.replay(attn.replay_host_updates(view, static.attn_metadata))
         return tuple(out[:tokens].clone() for out in self.outputs)
+
+
+def record_with_own_outputs(
+    capture: GraphCapture,
+    graph: DeviceGraph,
+    body: Callable[[], tuple[torch.Tensor, ...]],
+    like: tuple[torch.Tensor, ...],
+) -> tuple[torch.Tensor, ...]:
+    """Record ``body`` into ``graph`` with its outputs in tensors allocated before the
+    capture (shaped like ``like``, the warm-up's results), copied into at the end of the
+    recorded work; returns them.
+
+    Every graph of a ``GraphCapture`` shares one memory pool, and memory a capture frees
+    (its intermediates) is handed to the captures after it. Outputs allocated inside a
+    capture can therefore be the intermediates of a graph captured earlier and freed
+    since, which that graph's next replay overwrites: a draft loop's verify tree, read
+    after the target-verify graph replays, must not live in the pool.
+
+    An output ``body`` returns as the very tensor of the warm-up (a part it built once from
+    the shape alone, outside the pool, and never writes, such as a chain's verify layout)
+    is returned as it is and costs the graph no copy."""
+    own = tuple(torch.empty_like(t) for t in like)
+
+    def recorded() -> tuple[torch.Tensor, ...]:
+        copied = []
+        for out, value, warm in zip(own, body(), like, strict=True):
+            if value is not warm:
+                out.copy_(value)
+                copied.append(out)
+        return tuple(copied)
+
+    written = {id(t) for t in capture.record(graph, recorded)}
+    return tuple(out if id(out) in written else warm for out, warm in zip(own, like, strict=True))
+
+
+def replay_forwards(
+    graph: DeviceGraph,
+    forwards: Sequence[tuple[AttentionBackend, ForwardBatch]],
+    prefix_lens_cpu: tuple[int, ...],
+) -> None:
+    """Replay a graph of several forwards whose static inputs are refreshed: each
+    forward's metadata and host updates (``plan_for_replay``, ``replay_host_updates``) in
+    capture order, with the batch's host prefix lengths, then the one replay with their
+    host updates merged."""
+    updates = []
+    for attn, static in forwards:
+        assert static.attn_metadata is not None
+        view = dataclasses.replace(static, prefix_lens_cpu=prefix_lens_cpu)
+        attn.plan_for_replay(view, static.attn_metadata)
+        updates.append(attn.replay_host_updates(view, static.attn_metadata))
+    graph.replay(merge_host_updates(updates))
