@@ -70,11 +70,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle_hal.backend import TreeMaskMode
-from eagle_hal.engine.iteration_graph import accept_and_extend
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import TreeShape
-from eagle_hal.speculative.acceptance import SamplingBatch, accept_tree
+from eagle_hal.speculative.acceptance import (
+    SamplingBatch,
+    accept_and_extend,
+    accept_tree,
+    greedy_accept_and_extend,
+)
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.drafting import DraftInputs, DraftState, draft_tree
 from eagle_hal.speculative.overlap_rows import JOINED, fits, start_inputs
@@ -282,13 +286,12 @@ def _launch(
     inputs = DraftInputs(rows, bounds, rows_t, seq_t, branches_t, slots, positions, roots, state)
     shape = TreeShape(topk, steps, num_nodes)
     tree = draft_tree(runner, ops, shape, inputs)
-    replayed = None
-    if sampling.greedy and runner.graphs is not None:  # 3-5 as one graph where it can
-        replayed = runner.graphs.run_verify_extend(
-            ops, shape, reserve, worker.aux_layers, worker.vocab_size, rows_t, seq_t, bounds,
-            slots, tree,
+    graphs = runner.graphs
+    if sampling.greedy and graphs is not None and graphs.can_replay_iteration(shape, inputs):
+        replayed = graphs.replay_iteration(  # 3-5 as one graph
+            shape, reserve, worker.aux_layers, inputs, tree,
+            greedy_accept_and_extend(runner, ops, worker.vocab_size),
         )
-    if replayed is not None:
         return _in_flight(runner, requests, steps, spec, reserve, width, replayed)
     # 3. verify
     verify_slots = slots[:, :num_nodes]
