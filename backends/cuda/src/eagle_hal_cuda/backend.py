@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eagle_hal.backend import Backend, Capabilities, Tolerances
+from eagle_hal.plugin_api import Backend, Capabilities, Tolerances
 
 from eagle_hal_cuda.plugin import CAPABILITIES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
-    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
-    from eagle_hal.hal.graphs import GraphCapture
-    from eagle_hal.hal.kv_layout import KVLayout
-    from eagle_hal.hal.sampling import SamplingOps
+    from eagle_hal.plugin_api import (
+        AttentionBackend,
+        AttentionConfig,
+        GraphCapture,
+        KVLayout,
+        SamplingOps,
+    )
 
 __all__ = ["CudaBackend"]
 
@@ -38,13 +41,13 @@ class CudaBackend(Backend):
 
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
         """A ``TritonAttentionBackend`` (tree_block masks, NHD or HND storage)."""
-        from eagle_hal.ops.triton.attention import TritonAttentionBackend
+        from eagle_hal.plugin_api import TritonAttentionBackend
 
         return TritonAttentionBackend(config)
 
     def sampling_ops(self) -> SamplingOps:
         """The fused Triton ``SamplingOps`` (the reference for the rest)."""
-        from eagle_hal.ops.triton import TritonSamplingOps
+        from eagle_hal.plugin_api import TritonSamplingOps
 
         return TritonSamplingOps()
 
@@ -56,7 +59,7 @@ class CudaBackend(Backend):
 
     def kv_layout(self) -> KVLayout:
         """NHD storage (``[slots, kv_heads, head_dim]``), int64 slots, any page size."""
-        from eagle_hal.hal.kv_layout import KVLayout
+        from eagle_hal.plugin_api import KVLayout
 
         return KVLayout(order="NHD", page_size=1, slot_dtype="int64")
 

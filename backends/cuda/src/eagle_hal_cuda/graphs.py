@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, no_collection
+from eagle_hal.plugin_api import DeviceGraph, GraphCapture, no_collection
 
 __all__ = ["CudaGraph", "CudaGraphCapture"]
 

@@ -52,13 +52,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from eagle_hal.hal.attention import (
+from eagle_hal.plugin_api import (
     AttentionBackend,
     AttentionConfig,
     AttentionMetadata,
+    FastPathAttention,
     ForwardBatch,
+    page_table,
+    paged_view,
 )
-from eagle_hal.ops.paging import page_table, paged_view
 
 __all__ = ["MAX_HEAD_SIZE", "MateCausalAttention", "MateCausalMetadata", "causal_geometry_problem"]
 
@@ -89,7 +91,7 @@ class MateCausalMetadata(AttentionMetadata):
     max_seqlen_q: int
 
 
-class MateCausalAttention(AttentionBackend):
+class MateCausalAttention(FastPathAttention):
     """``EXTEND`` / ``DECODE`` / ``DRAFT_EXTEND`` through mate's paged
     ``flash_attn_with_kvcache`` over the KV store in place (eager forwards); every other
     mode and every captured forward through ``fallback``.
@@ -98,35 +100,29 @@ class MateCausalAttention(AttentionBackend):
     Raises ``ValueError`` for a model ``causal_geometry_problem`` rejects.
     """
 
+    metadata_type = MateCausalMetadata
+
     def __init__(
         self,
         config: AttentionConfig,
         flash_attn_with_kvcache: Callable[..., Any],
         fallback: AttentionBackend,
     ) -> None:
-        super().__init__(config)
+        super().__init__(config, fallback)
         problem = causal_geometry_problem(config)
         if problem is not None:
             raise ValueError(f"mate's paged attention cannot serve this model: {problem}")
         self.flash_attn_with_kvcache = flash_attn_with_kvcache
-        self.fallback = fallback
         self.page_size = config.kv_store.layout.page_size
 
-    @property  # type: ignore[override]
-    def tree_mask_mode(self) -> str:
-        return self.fallback.tree_mask_mode
+    # -- planning; captures stay on the fallback (see the module docstring) ---------------
 
-    @tree_mask_mode.setter
-    def tree_mask_mode(self, mode: str) -> None:
-        self.fallback.tree_mask_mode = mode
+    def serves(self, batch: ForwardBatch) -> bool:
+        return batch.mode.is_causal_extend
 
-    # -- planning ------------------------------------------------------------------------
-
-    def plan(self, batch: ForwardBatch) -> AttentionMetadata:
-        """mate's tables for a causal mode; the fallback's plan otherwise. Raises
-        ``ValueError`` when the token count disagrees with ``extend_lens``."""
-        if not batch.mode.is_causal_extend:
-            return self.fallback.plan(batch)
+    def plan_fast(self, batch: ForwardBatch) -> MateCausalMetadata:
+        """mate's tables for a causal mode. Raises ``ValueError`` when the token count
+        disagrees with ``extend_lens``."""
         lens = batch.extend_lens_cpu
         if sum(lens) != batch.num_tokens:
             raise ValueError(f"{batch.mode.value}: {batch.num_tokens} tokens, extend_lens {lens}")
@@ -144,39 +140,20 @@ class MateCausalAttention(AttentionBackend):
             max_seqlen_q=max(lens, default=0),
         )
 
-    # -- graph hooks: captures run on the fallback ----------------------------------------
-
-    def init_graph_state(self, max_batch_size: int, max_tokens: int) -> None:
-        self.fallback.init_graph_state(max_batch_size, max_tokens)
-
-    def plan_for_capture(self, batch: ForwardBatch) -> AttentionMetadata:
-        """The fallback's: captured forwards do not call mate (see the module docstring)."""
-        return self.fallback.plan_for_capture(batch)
-
-    def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
-        self.fallback.plan_for_replay(batch, metadata)
-
-    def replay_host_updates(
-        self, batch: ForwardBatch, metadata: AttentionMetadata
-    ) -> dict[str, Any] | None:
-        return self.fallback.replay_host_updates(batch, metadata)
-
     # -- per layer -----------------------------------------------------------------------
 
-    def forward(
+    def forward_fast(
         self,
         layer: int,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
         batch: ForwardBatch,
+        metadata: MateCausalMetadata,
     ) -> torch.Tensor:
-        """Causal modes: write ``k``/``v`` ``[T, H_kv, D]`` at ``out_cache_loc``, then one
+        """Write ``k``/``v`` ``[T, H_kv, D]`` at ``out_cache_loc``, then one
         ``flash_attn_with_kvcache`` call over the store's pages; ``[T, H, D]`` in
-        ``q.dtype``. Otherwise the fallback's forward."""
-        metadata = batch.attn_metadata
-        if not isinstance(metadata, MateCausalMetadata):
-            return self.fallback.forward(layer, q, k, v, batch)
+        ``q.dtype``."""
         store = self.config.kv_store
         store.write_kv(layer, batch.out_cache_loc, k, v)
         k_cache = paged_view(store.k_buffer(layer), self.page_size)  # [pages, page, H_kv, D]

@@ -7,16 +7,14 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING
 
-from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
-from eagle_hal.device import DeviceSpec
+from eagle_hal.plugin_api import Backend, BackendDescriptor, Capabilities, DeviceSpec
 
 from eagle_hal_musa.mate_support import MateChoice, mate_requested, resolve_mate
 from eagle_hal_musa.plugin import CAPABILITIES, DEVICE_TYPE, EXTENSION
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
-    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
-    from eagle_hal.hal.graphs import GraphCapture
+    from eagle_hal.plugin_api import AttentionBackend, AttentionConfig, GraphCapture
 
 __all__ = ["MusaBackend"]
 
@@ -83,7 +81,7 @@ class MusaBackend(Backend):
         """``TorchAttentionBackend`` (slot gathers and torch's SDPA, which torch_musa
         implements), wrapped by ``MateCausalAttention`` when mate is in use and the model's
         geometry suits it."""
-        from eagle_hal.ops.attention_reference import TorchAttentionBackend
+        from eagle_hal.plugin_api import TorchAttentionBackend
 
         sdpa = TorchAttentionBackend(config)
         op = self.mate_choice().flash_attn_with_kvcache

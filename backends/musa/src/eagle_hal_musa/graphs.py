@@ -5,7 +5,7 @@ Replay takes no host-side updates: captured kernels read device buffers.
 
 from __future__ import annotations
 
-from eagle_hal.hal.graphs import ModuleGraph, ModuleGraphCapture
+from eagle_hal.plugin_api import ModuleGraph, ModuleGraphCapture
 
 __all__ = ["MusaGraph", "MusaGraphCapture"]
 

@@ -24,7 +24,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from eagle_hal.probing import OptInLibrary
+from eagle_hal.plugin_api import OptInLibrary
 
 __all__ = [
     "MATE_ENV", "MATE_COMPUTE_CAPABILITIES", "MateChoice", "mate_requested", "probe_note",

@@ -8,9 +8,14 @@ when the registry lists or considers this backend.
 
 from __future__ import annotations
 
-from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
-from eagle_hal.hookspecs import hookimpl
-from eagle_hal.probing import probe_torch_extension
+from eagle_hal.plugin_api import (
+    Availability,
+    BackendDescriptor,
+    Capabilities,
+    TreeMaskMode,
+    hookimpl,
+    probe_torch_extension,
+)
 
 from eagle_hal_musa.mate_support import probe_note
 

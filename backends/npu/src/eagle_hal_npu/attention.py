@@ -35,16 +35,18 @@ import dataclasses
 from typing import Any
 
 import torch
-from eagle_hal.backend import TreeMaskMode
-from eagle_hal.hal.attention import (
+from eagle_hal.plugin_api import (
     AttentionBackend,
     AttentionConfig,
     AttentionMetadata,
     ForwardBatch,
     ForwardMode,
+    TreeMaskMode,
+    decode_tree_mask,
+    gather_kv_slots,
+    masked_attention_with_lse,
+    merge_attention_states,
 )
-from eagle_hal.ops.attention_composite import masked_attention_with_lse, merge_attention_states
-from eagle_hal.ops.attention_reference import decode_tree_mask, gather_kv_slots
 
 from eagle_hal_npu import glue
 from eagle_hal_npu.graphs import HOST_UPDATE_KEY

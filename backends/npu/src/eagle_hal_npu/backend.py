@@ -6,17 +6,14 @@ import dataclasses
 import importlib
 from typing import TYPE_CHECKING
 
-from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
-from eagle_hal.device import DeviceSpec
-from eagle_hal.hal.kv_layout import KVLayout
+from eagle_hal.plugin_api import Backend, BackendDescriptor, Capabilities, DeviceSpec, KVLayout
 
 from eagle_hal_npu.glue import MULTI_TOKEN_BLOCK_SIZE
 from eagle_hal_npu.plugin import CAPABILITIES, DEVICE_TYPE, EXTENSION
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
-    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
-    from eagle_hal.hal.graphs import GraphCapture
+    from eagle_hal.plugin_api import AttentionBackend, AttentionConfig, GraphCapture
 
     from eagle_hal_npu.ops import NpuOps
 

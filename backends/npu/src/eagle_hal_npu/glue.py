@@ -22,7 +22,7 @@ What torch_npu's operators expect (from its API reference for
 from __future__ import annotations
 
 import torch
-from eagle_hal.ops.paging import page_table
+from eagle_hal.plugin_api import page_table
 
 __all__ = [
     "CAUSAL_MASK_SIZE",

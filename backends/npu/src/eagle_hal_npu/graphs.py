@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
-from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
+from eagle_hal.plugin_api import DeviceGraph, GraphCapture
 
 __all__ = ["HOST_UPDATE_KEY", "NpuGraph", "NpuGraphCapture"]
 

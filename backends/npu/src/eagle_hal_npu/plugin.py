@@ -14,9 +14,15 @@ from __future__ import annotations
 import re
 from importlib import metadata
 
-from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
-from eagle_hal.hookspecs import hookimpl
-from eagle_hal.probing import import_torch, probe_torch_extension
+from eagle_hal.plugin_api import (
+    Availability,
+    BackendDescriptor,
+    Capabilities,
+    TreeMaskMode,
+    hookimpl,
+    import_torch,
+    probe_torch_extension,
+)
 
 __all__ = [
     "CAPABILITIES",

@@ -23,7 +23,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from eagle_hal.probing import OptInLibrary
+from eagle_hal.plugin_api import OptInLibrary
 
 __all__ = [
     "AITER_ENV", "PAGED_DECODE_ARCHS", "AiterChoice", "aiter_requested", "probe_note",

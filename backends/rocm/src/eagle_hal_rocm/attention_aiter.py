@@ -64,14 +64,16 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from eagle_hal.hal.attention import (
+from eagle_hal.plugin_api import (
     AttentionBackend,
     AttentionConfig,
     AttentionMetadata,
+    FastPathAttention,
     ForwardBatch,
     ForwardMode,
+    page_table,
+    paged_view,
 )
-from eagle_hal.ops.paging import page_table, paged_view
 
 __all__ = [
     "PAGE_SIZES",
@@ -124,13 +126,16 @@ class AiterDecodeMetadata(AttentionMetadata):
     max_context_len: int
 
 
-class AiterDecodeAttention(AttentionBackend):
-    """``DECODE`` through ``paged_attention_v1`` over the KV store in place; everything else
-    through ``fallback`` (metadata, forward and graph hooks alike).
+class AiterDecodeAttention(FastPathAttention):
+    """``DECODE`` through ``paged_attention_v1`` over the KV store in place, captured
+    decodes included; everything else through ``fallback`` (metadata, forward and graph
+    hooks alike).
 
     ``paged_attention_v1`` is aiter's op or an emulation with its signature. Raises
     ``ValueError`` for a model ``decode_geometry_problem`` rejects.
     """
+
+    metadata_type = AiterDecodeMetadata
 
     def __init__(
         self,
@@ -138,31 +143,22 @@ class AiterDecodeAttention(AttentionBackend):
         paged_attention_v1: Callable[..., Any],
         fallback: AttentionBackend,
     ) -> None:
-        super().__init__(config)
+        super().__init__(config, fallback)
         problem = decode_geometry_problem(config)
         if problem is not None:
             raise ValueError(f"aiter's paged decode cannot serve this model: {problem}")
         self.paged_attention_v1 = paged_attention_v1
-        self.fallback = fallback
         self.page_size = config.kv_store.layout.page_size
         device = config.req_to_token.device
         self._unit_scale = torch.ones(1, dtype=torch.float32, device=device)  # k_scale, v_scale
 
-    @property  # type: ignore[override]
-    def tree_mask_mode(self) -> str:
-        return self.fallback.tree_mask_mode
-
-    @tree_mask_mode.setter
-    def tree_mask_mode(self, mode: str) -> None:
-        self.fallback.tree_mask_mode = mode
-
     # -- planning ------------------------------------------------------------------------
 
-    def plan(self, batch: ForwardBatch) -> AttentionMetadata:
-        """Decode metadata for ``DECODE``; the fallback's plan otherwise."""
-        if batch.mode is ForwardMode.DECODE:
-            return self._plan_decode(batch, None)
-        return self.fallback.plan(batch)
+    def serves(self, batch: ForwardBatch) -> bool:
+        return batch.mode is ForwardMode.DECODE
+
+    def plan_fast(self, batch: ForwardBatch) -> AiterDecodeMetadata:
+        return self._plan_decode(batch, None)
 
     def _plan_decode(self, batch: ForwardBatch, max_context_len: int | None) -> AiterDecodeMetadata:
         """Tables for ``batch``, sized for ``max_context_len`` tokens (``None``: the batch's
@@ -189,22 +185,16 @@ class AiterDecodeAttention(AttentionBackend):
 
     # -- graph hooks ---------------------------------------------------------------------
 
-    def init_graph_state(self, max_batch_size: int, max_tokens: int) -> None:
-        self.fallback.init_graph_state(max_batch_size, max_tokens)
+    def captures(self, batch: ForwardBatch) -> bool:
+        return batch.mode is ForwardMode.DECODE
 
-    def plan_for_capture(self, batch: ForwardBatch) -> AttentionMetadata:
-        """Decode: tables and workspace for a full ``req_to_token`` row. Otherwise the
-        fallback's."""
-        if batch.mode is ForwardMode.DECODE:
-            return self._plan_decode(batch, self.config.req_to_token.shape[1])
-        return self.fallback.plan_for_capture(batch)
+    def plan_fast_capture(self, batch: ForwardBatch) -> AiterDecodeMetadata:
+        """Tables and workspace for a full ``req_to_token`` row."""
+        return self._plan_decode(batch, self.config.req_to_token.shape[1])
 
-    def plan_for_replay(self, batch: ForwardBatch, metadata: AttentionMetadata) -> None:
-        """Decode: recompute the block table and context lengths and copy them into the
-        captured tensors. Raises ``ValueError`` for another batch size or mode."""
-        if not isinstance(metadata, AiterDecodeMetadata):
-            self.fallback.plan_for_replay(batch, metadata)
-            return
+    def replay_fast(self, batch: ForwardBatch, metadata: AiterDecodeMetadata) -> None:
+        """Recompute the block table and context lengths and copy them into the captured
+        tensors. Raises ``ValueError`` for another batch size or mode."""
         if batch.mode is not ForwardMode.DECODE:
             raise ValueError(f"replaying a captured decode with a {batch.mode.value} batch")
         if batch.batch_size != metadata.context_lens.shape[0]:
@@ -216,31 +206,25 @@ class AiterDecodeAttention(AttentionBackend):
         metadata.block_tables.copy_(fresh.block_tables)
         metadata.context_lens.copy_(fresh.context_lens)
 
-    def replay_host_updates(
-        self, batch: ForwardBatch, metadata: AttentionMetadata
+    def fast_host_updates(
+        self, batch: ForwardBatch, metadata: AiterDecodeMetadata
     ) -> dict[str, Any] | None:
-        """None for decode (its one host value, ``max_context_len``, is the capture's
-        bound); the fallback's otherwise."""
-        if isinstance(metadata, AiterDecodeMetadata):
-            return None
-        return self.fallback.replay_host_updates(batch, metadata)
+        """None: the decode's one host value, ``max_context_len``, is the capture's bound."""
+        return None
 
     # -- per layer -----------------------------------------------------------------------
 
-    def forward(
+    def forward_fast(
         self,
         layer: int,
         q: torch.Tensor,
         k: torch.Tensor,
         v: torch.Tensor,
         batch: ForwardBatch,
+        metadata: AiterDecodeMetadata,
     ) -> torch.Tensor:
-        """Decode: write ``k``/``v`` ``[B, H_kv, D]`` at ``out_cache_loc``, then one
-        ``paged_attention_v1`` call over the store's pages; ``[B, H, D]`` in ``q.dtype``.
-        Other modes: the fallback's forward."""
-        metadata = batch.attn_metadata
-        if not isinstance(metadata, AiterDecodeMetadata):
-            return self.fallback.forward(layer, q, k, v, batch)
+        """Write ``k``/``v`` ``[B, H_kv, D]`` at ``out_cache_loc``, then one
+        ``paged_attention_v1`` call over the store's pages; ``[B, H, D]`` in ``q.dtype``."""
         store = self.config.kv_store
         store.write_kv(layer, batch.out_cache_loc, k, v)
         key_cache = paged_view(store.k_buffer(layer), self.page_size)  # [pages, page, H_kv, D]

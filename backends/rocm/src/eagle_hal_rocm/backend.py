@@ -8,9 +8,7 @@ import warnings
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
-from eagle_hal import settings
-from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
-from eagle_hal.device import DeviceSpec
+from eagle_hal.plugin_api import Backend, BackendDescriptor, Capabilities, DeviceSpec, settings
 
 from eagle_hal_rocm.aiter_support import AiterChoice, aiter_requested, resolve_aiter
 from eagle_hal_rocm.plugin import CAPABILITIES
@@ -18,9 +16,7 @@ from eagle_hal_rocm.wavefront import TritonLaunchParams, device_wavefront_size, 
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
-    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
-    from eagle_hal.hal.graphs import GraphCapture
-    from eagle_hal.hal.sampling import SamplingOps
+    from eagle_hal.plugin_api import AttentionBackend, AttentionConfig, GraphCapture, SamplingOps
 
 __all__ = ["RocmBackend"]
 
@@ -138,10 +134,10 @@ class RocmBackend(Backend):
 
     def _shared_attention(self, config: AttentionConfig) -> AttentionBackend:
         if self._uses_triton():
-            from eagle_hal.ops.triton.attention import TritonAttentionBackend
+            from eagle_hal.plugin_api import TritonAttentionBackend
 
             return TritonAttentionBackend(config)
-        from eagle_hal.ops.attention_reference import TorchAttentionBackend
+        from eagle_hal.plugin_api import TorchAttentionBackend
 
         return TorchAttentionBackend(config)
 
@@ -149,7 +145,7 @@ class RocmBackend(Backend):
         """``TritonSamplingOps`` with wavefront-derived launch parameters (its argmax is the
         masked split-vocabulary one: columns at or past ``vocab_size`` are never read)."""
         if self._uses_triton():
-            from eagle_hal.ops.triton.ops import TritonSamplingOps
+            from eagle_hal.plugin_api import TritonSamplingOps
 
             return TritonSamplingOps(**self.launch_params().as_kwargs())
         return super().sampling_ops()

@@ -6,7 +6,7 @@ buffers the graph runner refreshes in place.
 
 from __future__ import annotations
 
-from eagle_hal.hal.graphs import ModuleGraph, ModuleGraphCapture
+from eagle_hal.plugin_api import ModuleGraph, ModuleGraphCapture
 
 __all__ = ["HipGraph", "HipGraphCapture"]
 

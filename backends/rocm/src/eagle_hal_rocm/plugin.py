@@ -12,10 +12,16 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-from eagle_hal import settings
-from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
-from eagle_hal.hookspecs import hookimpl
-from eagle_hal.probing import import_torch, visible_devices_note
+from eagle_hal.plugin_api import (
+    Availability,
+    BackendDescriptor,
+    Capabilities,
+    TreeMaskMode,
+    hookimpl,
+    import_torch,
+    settings,
+    visible_devices_note,
+)
 
 from eagle_hal_rocm.aiter_support import probe_note
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from eagle_hal import settings
+from eagle_hal.plugin_api import settings
 
 __all__ = [
     "WAVEFRONT_ENV",

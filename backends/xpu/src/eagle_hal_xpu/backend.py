@@ -6,17 +6,13 @@ import dataclasses
 import importlib.util
 from typing import TYPE_CHECKING
 
-from eagle_hal import settings
-from eagle_hal.backend import Backend, BackendDescriptor, Capabilities
-from eagle_hal.device import DeviceSpec
+from eagle_hal.plugin_api import Backend, BackendDescriptor, Capabilities, DeviceSpec, settings
 
 from eagle_hal_xpu.plugin import CAPABILITIES
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
-    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
-    from eagle_hal.hal.graphs import GraphCapture
-    from eagle_hal.hal.sampling import SamplingOps
+    from eagle_hal.plugin_api import AttentionBackend, AttentionConfig, GraphCapture, SamplingOps
 
 __all__ = ["XpuBackend"]
 
@@ -68,10 +64,10 @@ class XpuBackend(Backend):
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
         """The shared ``TritonAttentionBackend``; the pure-torch reference without Triton."""
         if self._uses_triton():
-            from eagle_hal.ops.triton.attention import TritonAttentionBackend
+            from eagle_hal.plugin_api import TritonAttentionBackend
 
             return TritonAttentionBackend(config)
-        from eagle_hal.ops.attention_reference import TorchAttentionBackend
+        from eagle_hal.plugin_api import TorchAttentionBackend
 
         return TorchAttentionBackend(config)
 
@@ -79,7 +75,7 @@ class XpuBackend(Backend):
         """``TritonSamplingOps`` with its default launch parameters; the reference without
         Triton."""
         if self._uses_triton():
-            from eagle_hal.ops.triton.ops import TritonSamplingOps
+            from eagle_hal.plugin_api import TritonSamplingOps
 
             return TritonSamplingOps()
         return super().sampling_ops()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from eagle_hal.hal.graphs import ModuleGraph, ModuleGraphCapture
+from eagle_hal.plugin_api import ModuleGraph, ModuleGraphCapture
 
 __all__ = ["XpuGraph", "XpuGraphCapture", "xpu_graphs_available"]
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 import importlib.util
 from types import ModuleType
 
-from eagle_hal.backend import Availability, BackendDescriptor, Capabilities, TreeMaskMode
-from eagle_hal.hookspecs import hookimpl
-from eagle_hal.probing import import_torch, visible_devices_note
+from eagle_hal.plugin_api import (
+    Availability,
+    BackendDescriptor,
+    Capabilities,
+    TreeMaskMode,
+    hookimpl,
+    import_torch,
+    visible_devices_note,
+)
 
 __all__ = ["CAPABILITIES", "DESCRIPTOR", "VISIBLE_DEVICES_ENV", "judge_torch_build", "probe"]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eagle_hal import Backend, Capabilities, TreeMaskMode
+from eagle_hal.plugin_api import Backend, Capabilities, TreeMaskMode
 
 from eagle_hal_example.plugin import CAPABILITIES
 
 if TYPE_CHECKING:
     import torch
-    from eagle_hal.hal.attention import AttentionBackend, AttentionConfig
+    from eagle_hal.plugin_api import AttentionBackend, AttentionConfig
 
 
 class ExampleBackend(Backend):
@@ -29,6 +29,6 @@ class ExampleBackend(Backend):
     def create_attention_backend(self, config: AttentionConfig) -> AttentionBackend:
         # A real vendor returns its own AttentionBackend here; the reference is a public
         # building block any plugin may reuse.
-        from eagle_hal.ops.attention_reference import TorchAttentionBackend
+        from eagle_hal.plugin_api import TorchAttentionBackend
 
         return TorchAttentionBackend(config, tree_mask_mode=TreeMaskMode.TREE_BLOCK)

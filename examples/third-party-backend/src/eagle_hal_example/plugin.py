@@ -6,8 +6,14 @@ and imports ``eagle_hal_example.backend`` only when the ``example`` backend is s
 
 from __future__ import annotations
 
-from eagle_hal import Availability, BackendDescriptor, Capabilities, TreeMaskMode, hookimpl
-from eagle_hal.probing import import_torch
+from eagle_hal.plugin_api import (
+    Availability,
+    BackendDescriptor,
+    Capabilities,
+    TreeMaskMode,
+    hookimpl,
+    import_torch,
+)
 
 CAPABILITIES = Capabilities(
     graph_capture=False,
