@@ -3,7 +3,7 @@
     python benchmarks/bench_attention.py [--dtype bfloat16] [--batches 1,4,16,64]
         [--contexts 128,512,2048] [--verify 6,16] [--splits 4,16 --block-keys 64]
 
-* old: ``KVStorage.write_kv`` (two index_puts) then ``attention_kernels.paged_attention``
+* old: ``KVStorage.write_kv`` (two index_puts) then ``paged_attention_baseline.paged_attention``
   (one program per query token and query head, the whole context serially);
 * new: ``TritonAttentionBackend.forward`` as the engine runs it: ``split_paged_attention``
   (one program per query token, KV head and key split, the KV write fused), plus the merge
@@ -132,7 +132,7 @@ class Case:
                              device=device).to(dtype)
 
     def old(self) -> torch.Tensor:
-        from eagle_hal.ops.triton.attention_kernels import paged_attention  # noqa: PLC0415
+        from paged_attention_baseline import paged_attention  # noqa: PLC0415
 
         metadata, batch = self.batch.attn_metadata, self.batch
         self.store.write_kv(0, batch.out_cache_loc, self.k, self.v)

@@ -88,20 +88,13 @@ class Registry:
         self.disable = _split_names(disable)
         self._entries: list[PluginEntry] | None = None
         self._lock = threading.RLock()
-        self._plugin_manager = None
 
     # -- discovery --------------------------------------------------------------------
-
-    @property
-    def plugin_manager(self):  # -> pluggy.PluginManager (pluggy imported lazily)
-        """The pluggy manager every loaded plugin module is registered with."""
-        self._discover()
-        return self._plugin_manager
 
     def _discover(self) -> list[PluginEntry]:
         with self._lock:
             if self._entries is None:
-                self._plugin_manager, self._entries = discover_entries(
+                _, self._entries = discover_entries(
                     path=self._path, allow=self.allow, disable=self.disable
                 )
             return self._entries

@@ -144,10 +144,6 @@ class Request:
     def finished(self) -> bool:
         return self.status is RequestStatus.FINISHED
 
-    @property
-    def remaining_tokens(self) -> int:
-        return self.params.max_new_tokens - len(self.output_ids)
-
     def stop_token_set(self) -> frozenset[int]:
         """The ids that end the request: its stop ids, and EOS unless ``ignore_eos``."""
         cached = self._stop_ids  # asked per request and step: built once per params and EOS

@@ -57,7 +57,6 @@ __all__ = [
     "TreeShape",
     "TreeStep",
     "VerifyTree",
-    "ops_names",
 ]
 
 NO_NODE = -1  # "no such node": a leaf's next token, a last sibling, padding of accepted_nodes
@@ -102,11 +101,6 @@ class TreeShape:
         if self.num_steps == 0:
             return 0
         return self.topk + (self.num_steps - 1) * self.topk * self.topk
-
-    @property
-    def accept_width(self) -> int:
-        """Columns of ``accepted_nodes``: the root plus at most one node per step."""
-        return self.num_steps + 1
 
     @property
     def is_chain(self) -> bool:
@@ -377,21 +371,3 @@ class SamplingOps(abc.ABC):
         ``scratch_slots [B, S, K]`` is the slot of the draft token at depth ``d + 1``, branch
         k; ``parent_branches[d]`` is ``TreeStep.parent_branches`` of depth ``d + 1`` (entries
         ``1..step`` are read). Pure."""
-
-
-# Method names of the contract, in pipeline order, for the conformance suite to iterate.
-ops_names: tuple[str, ...] = (
-    "grow_tree_step",
-    "organize_draft_tree",
-    "build_verify_tree",
-    "masked_argmax",
-    "target_probs",
-    "sampling_noise",
-    "verify_greedy",
-    "verify_tree_sampling",
-    "verify_chain_sampling",
-    "fill_bonus_tokens",
-    "compact_accepted",
-    "assign_verify_slots",
-    "draft_kv_slots",
-)

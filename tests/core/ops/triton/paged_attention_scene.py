@@ -1,5 +1,5 @@
-"""A paged KV scene and its float64 oracle, shared by the split attention tests
-(``test_attention_split.py``) and the baseline kernel's (``test_attention_kernels.py``).
+"""A paged KV scene and its float64 oracle for the split attention tests
+(``test_attention_split.py``).
 
 A ``Scene`` is a one-layer KV store of random K/V over the engine's own page allocator and
 token table, with the free pages shuffled so a request's pages are scattered. Its oracle

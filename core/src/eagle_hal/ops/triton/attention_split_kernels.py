@@ -32,9 +32,9 @@ operands with float32 accumulation (the probabilities are rounded to the value d
 the second product, as flash attention does); float32 inputs use IEEE float32 dots.
 
 The host side (the split count, the partials' scratch, the launch) is in
-``attention_split``. ``paged_attention`` in ``attention_kernels`` (one program per token and
-query head, no split, K/V written beforehand) is the baseline this kernel replaces; the
-benchmark ``benchmarks/bench_attention.py`` times both.
+``attention_split``. The kernel this one replaces (one program per token and query head,
+no split, K/V written beforehand) lives with its benchmark,
+``benchmarks/paged_attention_baseline.py``; ``benchmarks/bench_attention.py`` times both.
 """
 
 from __future__ import annotations

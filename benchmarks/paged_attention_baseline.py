@@ -1,9 +1,10 @@
-"""Triton kernel for paged attention in every forward mode, one query token per program.
+"""The baseline of ``bench_attention.py``: a Triton kernel for paged attention in every
+forward mode, one query token per program.
 
-The baseline: ``TritonAttentionBackend`` runs ``attention_split_kernels`` (query heads of a
-GQA group together, split over the keys, KV write fused); this kernel stays as the
-reference point of ``benchmarks/bench_attention.py``. It expects the forward's K/V already
-written to the cache.
+``TritonAttentionBackend`` runs ``eagle_hal.ops.triton.attention_split_kernels`` (query
+heads of a GQA group together, split over the keys, KV write fused); this kernel is what
+the benchmark's "old" column times it against, so it lives with the benchmark. It expects
+the forward's K/V already written to the cache.
 
 One program per (query token, query head). A query token reads two runs of keys:
 
