@@ -213,7 +213,7 @@ def test_repeated_timed_runs_report_their_median_and_the_depths_run(mode):
 
 def test_timed_catch_ups_are_reported():
     """An adaptive row reports the draft's catch-ups over the timed runs and the tokens
-    they covered (oracle: a wrapper on ``worker.catch_up`` counting the calls that caught
+    they covered (oracle: a wrapper on ``worker.draft.catch_up`` counting the calls that caught
     up during the timed runs, and the lags it saw), and ``catch_up`` in the split. A
     scripted, timing-free controller returns to S > 0 every fourth iteration."""
     import itertools
@@ -244,10 +244,10 @@ def test_timed_catch_ups_are_reported():
     prompts = [[1, 2, 3], [7, 8, 9, 10], [20, 21]]
     worker, timed, seen = llm.worker, [], [0, 0]
     worker.controller = Scripted()
-    catch_up, generate, stream = worker.catch_up, llm.generate, llm.stream
+    catch_up, generate, stream = worker.draft.catch_up, llm.generate, llm.stream
 
     def counting_catch_up(requests):
-        lags = sum(worker._pending.lag(r.request_id) for r in requests)
+        lags = sum(worker.draft.pending.lag(r.request_id) for r in requests)
         caught = catch_up(requests)
         if timed[-1] and caught:
             seen[0], seen[1] = seen[0] + 1, seen[1] + lags
@@ -261,7 +261,8 @@ def test_timed_catch_ups_are_reported():
         timed.append(batch is prompts)
         yield from stream(batch, params)
 
-    worker.catch_up, llm.generate, llm.stream = counting_catch_up, marking_generate, marking_stream
+    worker.draft.catch_up, llm.generate, llm.stream = (counting_catch_up, marking_generate,
+                                                      marking_stream)
     row = bench._measure(llm, prompts, SamplingParams(max_new_tokens=12), 2, split=True,
                          repeats=2)
     assert seen[0] > 0

@@ -87,10 +87,8 @@ def test_overlapped_speculation_equals_speculation_read_back_each_iteration(
     cuda_backend, pair, topk, steps, nodes, max_batch_size
 ):
     """Speculative iterations chained on the device, one in flight
-    (spec/speculative_overlap.py, on by default on CUDA), give the tokens and the verify
-    passes of iterations read back one by one, as requests join and finish (float32)."""
-    from eagle_hal.speculative import speculative_overlap
-
+    (speculative/speculative_overlap.py, on by default on CUDA), give the tokens and the
+    verify passes of iterations read back one by one, as requests join and finish (float32)."""
     target, head = pair
     params = [SamplingParams(max_new_tokens=n) for n in (40, 7, 31, 3, 18)]
     outputs = []
@@ -100,7 +98,7 @@ def test_overlapped_speculation_equals_speculation_read_back_each_iteration(
         assert llm.worker.overlap  # the default on a GPU
         llm.worker.overlap = overlap
         assert llm.runner.enable_graphs()
-        assert speculative_overlap.eligible(llm.worker, steps) == overlap
+        assert (llm.worker.overlap and llm.worker.speculative.eligible(steps)) == overlap
         out = llm.generate(PROMPTS, params)
         outputs.append([(o.token_ids, o.stats.verify_steps) for o in out])
         assert llm.used_pages == 0 and llm.leaked_pages == 0

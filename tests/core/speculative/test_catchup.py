@@ -64,7 +64,7 @@ def test_forced_depth_schedules_are_lossless(cpu_backend, models, topk, nodes):
     prefill = llm.worker.prefill
 
     def watched_prefill(requests):
-        lagging_at_prefill.append(len(llm.worker._pending))
+        lagging_at_prefill.append(len(llm.worker.draft.pending))
         return prefill(requests)
 
     llm.worker.prefill = watched_prefill
@@ -72,7 +72,7 @@ def test_forced_depth_schedules_are_lossless(cpu_backend, models, topk, nodes):
     assert [list(o.token_ids) for o in out] == expected
     assert any(n > 0 for n in lagging_at_prefill[1:]), lagging_at_prefill  # admitted mid-way
     assert {0, 3, 5} <= set(llm.worker.controller.observed)
-    assert llm.used_pages == 0 and len(llm.worker._pending) == 0
+    assert llm.used_pages == 0 and len(llm.worker.draft.pending) == 0
 
 
 def test_preemption_while_lagging_is_lossless(cpu_backend, models):
@@ -96,9 +96,9 @@ def test_cancelling_a_lagging_request_forgets_its_tokens(cpu_backend, models):
     requests = [llm.engine.add_request(p, params) for p in PROMPTS[:3]]
     for _ in range(4):  # a prefill, then three iterations at S = 0
         llm.engine.step()
-    assert len(llm.worker._pending) == 3
+    assert len(llm.worker.draft.pending) == 3
     llm.engine.cancel(requests[1].request_id)
-    assert requests[1].request_id not in llm.worker._pending
+    assert requests[1].request_id not in llm.worker.draft.pending
     llm.engine.run()
     assert list(requests[0].output_ids) == expected[0]
     assert list(requests[2].output_ids) == expected[2]
@@ -116,7 +116,7 @@ def test_catch_up_gives_the_followed_along_draft_state(cpu_backend, models, topk
     requests = [llm.engine.add_request(p, params) for p in PROMPTS[:4]]
     for _ in range(1 + 10):  # the prefill, then 3, 0, 0, 0, 5, then five at S = 0
         llm.engine.step()
-    assert all(llm.worker._pending.lag(r.request_id) == 5 for r in requests)
+    assert all(llm.worker.draft.pending.lag(r.request_id) == 5 for r in requests)
     llm.worker.catch_up(requests)
     caught_up = llm.worker.draft_states(requests)
 
@@ -143,7 +143,7 @@ def test_fixed_zero_steps_does_not_run_the_draft(cpu_backend, models):
     params = SamplingParams(max_new_tokens=10)
     out = llm.generate(PROMPTS[:2], params)
     assert [list(o.token_ids) for o in out] == _plain(cpu_backend, target, PROMPTS[:2], params)
-    assert not calls and len(llm.worker._pending) == 0
+    assert not calls and len(llm.worker.draft.pending) == 0
 
 
 def test_the_feature_log_stays_bounded_while_requests_keep_arriving(monkeypatch):

@@ -182,7 +182,7 @@ def test_adaptive_idle_iterations_overlap_and_the_draft_catches_up(backend, cycl
         llm.worker.controller = controller = ScriptedDepths(cycle)
         out = llm.generate(PROMPTS, SamplingParams(max_new_tokens=30))
         assert [(list(o.token_ids), o.finish_reason, o.text) for o in out] == expected
-        assert llm.used_pages == 0 and llm.leaked_pages == 0 and len(llm.worker._pending) == 0
+        assert llm.used_pages == 0 and llm.leaked_pages == 0 and len(llm.worker.draft.pending) == 0
         depths = llm.worker.iterations_at_depth
         assert depths[0] > 0 and sum(n for s, n in depths.items() if s > 0) > 0
         deep = [(s, a) for s, a in controller.observed if s > 0]

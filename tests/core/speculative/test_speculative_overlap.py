@@ -25,17 +25,17 @@ from scripted_overlap import CHAIN, PROMPTS, TREE, WIDE, run, scripted
 def both(backend, pair, prompts, params, **kwargs):
     """Without overlap, then with it; checks that some iterations were read back late."""
     _, expected = run(backend, pair, prompts, params, overlap=False, **dict(kwargs))
-    apply, applied = module._apply, []
+    apply, applied = module.OverlappedSpeculative._apply, []
 
     def counting_apply(*args):
         applied.append(1)
         return apply(*args)
 
-    module._apply = counting_apply
+    module.OverlappedSpeculative._apply = counting_apply
     try:
         llm, got = run(backend, pair, prompts, params, overlap=True, **kwargs)
     finally:
-        module._apply = apply
+        module.OverlappedSpeculative._apply = apply
     assert applied, "no iteration was overlapped"
     return llm, got, expected
 
@@ -57,7 +57,7 @@ def test_greedy_outputs_equal_decoding_without_overlap(backend, pair, spec, max_
 @pytest.mark.parametrize("spec", [CHAIN, WIDE], ids=["chain", "wide"])
 @pytest.mark.parametrize("max_batch_size", [2, 5])
 def test_with_graphs(graph_backend, pair, spec, max_batch_size):
-    """The draft loop and the verify-to-extend part (engine/iteration_graph.py) replay as
+    """The draft loop and the verify-to-extend part (engine/graphs/iteration.py) replay as
     graphs, whose host lengths are only upper bounds of the device's, padded to their
     bucket as the batch shrinks."""
     llm, got, expected = both(graph_backend, pair, PROMPTS, lengths(9, 30, 4, 17, 22),
@@ -157,8 +157,8 @@ def test_each_launch_precedes_the_previous_read_back(backend, pair, monkeypatch)
     events: list[str] = []
     llm = LLM.from_models(backend, *pair, None, CHAIN, seed=0)
     llm.worker.overlap = True
-    launch = module._launch
-    monkeypatch.setattr(module, "_launch",
+    launch = module.OverlappedSpeculative._launch
+    monkeypatch.setattr(module.OverlappedSpeculative, "_launch",
                         lambda *a, **k: (events.append("launch"), launch(*a, **k))[1])
     read = module.SpecInFlight.read
     monkeypatch.setattr(module.SpecInFlight, "read",
@@ -186,25 +186,30 @@ def test_an_eagle3_head(backend):
     assert got == expected
 
 
+def eligible(worker, steps):
+    """Whether the worker would overlap a speculative iteration at depth ``steps``."""
+    return worker.overlap and not worker.timed and worker.speculative.eligible(steps)
+
+
 def test_where_it_does_not_apply(backend, pair):
     """The split pass (timed), S = 0, FULL masks and attention backends that read host
     lengths decode without overlap; the adaptive mode's S > 0 iterations overlap."""
     llm = LLM.from_models(backend, *pair, None, TREE, seed=0)
     worker = llm.worker
     worker.overlap = True
-    assert module.eligible(worker, 3)
-    assert not module.eligible(worker, 0)
+    assert eligible(worker, 3)
+    assert not eligible(worker, 0)
     worker.timed = True
-    assert not module.eligible(worker, 3)
+    assert not eligible(worker, 3)
     worker.timed = False
     attn = llm.runner.target_attn
     attn.tree_mask_mode = "full"
-    assert not module.eligible(worker, 3)
+    assert not eligible(worker, 3)
     attn.tree_mask_mode = "tree_block"
     adaptive = LLM.from_models(backend, *pair, None, SpecConfig(3, 2, 6, adaptive=True), seed=0)
     adaptive.worker.overlap = True
-    assert module.eligible(adaptive.worker, 3)
-    assert not module.eligible(adaptive.worker, 0)
+    assert eligible(adaptive.worker, 3)
+    assert not eligible(adaptive.worker, 0)
 
 
 SCHEDULE = [3, 3, 3, 3, 5, 5, 5, 0, 0, 0, 0, 1, 1, 3, 3, 0, 5, 5, 5, 5, 5]
@@ -213,15 +218,16 @@ SCHEDULE = [3, 3, 3, 3, 5, 5, 5, 0, 0, 0, 0, 1, 1, 3, 3, 0, 5, 5, 5, 5, 5]
 def count_launches_and_drops(monkeypatch):
     """Lists that grow by one per iteration launched and per iteration in flight dropped."""
     launches, dropped = [], []
-    launch, discard = module._launch, module.discard
-    monkeypatch.setattr(module, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
+    strategy = module.OverlappedSpeculative
+    launch, discard = strategy._launch, strategy.discard
+    monkeypatch.setattr(strategy, "_launch", lambda *a: (launches.append(1), launch(*a))[1])
 
-    def counting_discard(worker):
-        if worker._spec_flight is not None:
+    def counting_discard(self):
+        if self.in_flight is not None:
             dropped.append(1)
-        discard(worker)
+        discard(self)
 
-    monkeypatch.setattr(module, "discard", counting_discard)
+    monkeypatch.setattr(strategy, "discard", counting_discard)
     return launches, dropped
 
 
@@ -238,8 +244,9 @@ def test_the_adaptive_mode_overlaps_its_speculative_iterations(
     params = lengths(30, 41, 17, 25, 33)
     _, expected = run(backend, pair, PROMPTS, params, overlap=False, spec=SpecConfig(0))
     applied = []
-    apply = module._apply
-    monkeypatch.setattr(module, "_apply", lambda *a: (applied.append(a[1].steps), apply(*a))[1])
+    apply = module.OverlappedSpeculative._apply
+    monkeypatch.setattr(module.OverlappedSpeculative, "_apply",
+                        lambda *a: (applied.append(a[1].steps), apply(*a))[1])
     llm = scripted(graph_backend if graphs else backend, pair, SCHEDULE, graphs=graphs,
                    max_batch_size=max_batch_size)
     outputs = llm.generate(PROMPTS, params)

@@ -23,15 +23,15 @@ def test_a_shrinking_batch_carries_one_chain(backend, graph_backend, pair, spec,
     the requests still running (oracle: a counter on the chain's start, the draft state
     read from the host, and tokens, finish reasons and verify passes equal to decoding
     without overlap)."""
-    from eagle_hal.speculative.worker import EagleWorker
+    from eagle_hal.speculative.draft_tracker import DraftTracker
 
     params = [SamplingParams(max_new_tokens=n) for n in (12, 40, 5, 25, 33)]
     chosen = graph_backend if graphs else backend
     _, expected = run(chosen, pair, PROMPTS, params, overlap=False, spec=spec,
                       max_batch_size=5, graphs=graphs)
     starts = []
-    draft_states = EagleWorker.draft_states
-    monkeypatch.setattr(EagleWorker, "draft_states",
+    draft_states = DraftTracker.states_of
+    monkeypatch.setattr(DraftTracker, "states_of",
                         lambda self, requests: (starts.append(len(requests)),
                                                 draft_states(self, requests))[1])
     _, got = run(chosen, pair, PROMPTS, params, overlap=True, spec=spec, max_batch_size=5,
@@ -50,7 +50,7 @@ def test_a_request_joining_extends_the_chain(backend, graph_backend, pair, spec,
     launch carries the rows still running and starts the newcomer from the host (oracle: a
     count of the calls that returned no tokens, the draft states read from the host, and
     tokens, finish reasons and verify passes equal to decoding without overlap)."""
-    from eagle_hal.speculative.worker import EagleWorker
+    from eagle_hal.speculative.draft_tracker import DraftTracker
 
     # far apart, so that no two finish in one iteration (that would empty the chain)
     params = [SamplingParams(max_new_tokens=n, ignore_eos=True) for n in (6, 44, 18, 80, 30)]
@@ -58,19 +58,19 @@ def test_a_request_joining_extends_the_chain(backend, graph_backend, pair, spec,
     _, expected = run(chosen, pair, PROMPTS, params, overlap=False, spec=spec,
                       max_batch_size=2, graphs=graphs)
     starts, launch_only = [], []
-    draft_states = EagleWorker.draft_states
-    monkeypatch.setattr(EagleWorker, "draft_states",
+    draft_states = DraftTracker.states_of
+    monkeypatch.setattr(DraftTracker, "states_of",
                         lambda self, requests: (starts.append(len(requests)),
                                                 draft_states(self, requests))[1])
-    overlapped = module.decode_speculative_overlapped
+    overlapped = module.OverlappedSpeculative.decode
 
-    def counting(worker, requests, steps):
-        emitted = overlapped(worker, requests, steps)
-        if emitted is not None and not any(emitted):
-            launch_only.append(len(requests))
-        return emitted
+    def counting(self, batch):
+        out = overlapped(self, batch)
+        if not any(out.emitted):
+            launch_only.append(batch.size)
+        return out
 
-    monkeypatch.setattr(module, "decode_speculative_overlapped", counting)
+    monkeypatch.setattr(module.OverlappedSpeculative, "decode", counting)
     _, got = run(chosen, pair, PROMPTS, params, overlap=True, spec=spec, max_batch_size=2,
                  graphs=graphs)
     assert got == expected

@@ -111,7 +111,8 @@ def test_adaptive_mode_narrowed_by_its_verify_budget_is_lossless(cpu_backend, go
     llm.worker.overlap = overlap
     outputs = llm.generate(PROMPTS[:5], params)
     assert [o.token_ids for o in outputs] == [e.token_ids for e in expected]
-    shapes = {key: (s.num_steps, s.topk, s.draft_tokens) for key, s in llm.worker._specs[1].items()}
+    shapes = {key: (s.num_steps, s.topk, s.draft_tokens)
+              for key, s in llm.worker.context.all_shapes.items()}
     assert any(bucket == 8 and shape[2] == shape[0] + 1 for (_, bucket), shape in shapes.items()
                if shape[0] > 0), shapes
     assert llm.used_pages == 0
@@ -182,13 +183,13 @@ def test_adaptive_iterations_build_each_depths_settings_once(cpu_backend, random
 
     llm.worker.controller = Cycling()
     built = []
-    post_init = SpecConfig.__post_init__
+    init = SpecConfig.__init__
 
-    def counting_post_init(self):
+    def counting_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
         built.append(self.num_steps)
-        post_init(self)
 
-    monkeypatch.setattr(SpecConfig, "__post_init__", counting_post_init)
+    monkeypatch.setattr(SpecConfig, "__init__", counting_init)
     llm.generate(PROMPTS[:4], SamplingParams(max_new_tokens=100, ignore_eos=True))
     ran = llm.worker.iterations_at_depth
     assert set(ran) == set(spec.adaptive_steps) and min(ran.values()) >= 10

@@ -29,7 +29,11 @@ __all__ = ["Engine", "StepResult", "Worker"]
 
 
 class Worker(Protocol):
-    """What the engine needs from a decoding worker (``speculative.worker``)."""
+    """What the engine needs from a decoding worker (``speculative.worker.EagleWorker``)."""
+
+    #: the draft depth S of the latest decode call (``None`` before any, or for a worker
+    #: without a draft): the step ledger's account of where a run's time goes
+    last_depth: int | None
 
     def headroom(self, batch_size: int) -> int:
         """Positions past a request's cached length that one decode iteration may reserve."""
@@ -43,7 +47,13 @@ class Worker(Protocol):
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
         """One decode iteration over running requests; returns each one's emitted tokens.
         A worker that keeps an iteration in flight returns them one call late (``[]`` for
-        a request the call only launched) and offers ``drain()`` (see ``speculative.overlap``)."""
+        a request the call only launched)."""
+        ...
+
+    def drain(self) -> list[tuple[Request, list[int]]]:
+        """Read back the iteration in flight without launching another: each request it
+        advanced that still runs, with its tokens; ``[]`` when nothing is in flight (a
+        worker that never overlaps always returns ``[]``)."""
         ...
 
     def release(self, request: Request) -> None:
@@ -109,11 +119,10 @@ class Engine:
         headroom = self.worker.headroom(len(self.scheduler.running) or 1)
         drained: list[Request] = []
         taken = 0  # output tokens appended this step (the time ledger's)
-        drain = getattr(self.worker, "drain", None)
-        if drain is not None and self.scheduler.running and not self.scheduler.can_grow(headroom):
+        if self.scheduler.running and not self.scheduler.can_grow(headroom):
             # an iteration in flight holds a position the host has not read: read it back
             # before the scheduler preempts or rejects for want of KV pages
-            for request, tokens in drain():
+            for request, tokens in self.worker.drain():
                 taken += self._absorb(request, tokens, counts_as_verify=True)
                 drained.append(request)
         work = self.scheduler.schedule(headroom)
@@ -136,7 +145,7 @@ class Engine:
             prefill = isinstance(work, PrefillWork)
             self.ledger.record(
                 "prefill" if prefill else "decode", len(touched),
-                None if prefill else getattr(self.worker, "last_depth", None),
+                None if prefill else self.worker.last_depth,
                 taken,
             )
         touched = [r for r in drained if all(r is not t for t in touched)] + list(touched)

@@ -27,35 +27,33 @@ What this changes and what it does not:
   read: where that would preempt or reject, the engine first drains the iteration in
   flight (``drain``), so a request that fits without overlap fits with it.
 
-The in-flight state lives in the worker (``EagleWorker``). It serves plain decoding and
-the adaptive mode's iterations at S = 0, where the draft is idle: an iteration's tokens and
+``OverlappedPlain`` holds the iteration in flight (``InFlight``). It serves plain decoding
+and the adaptive mode's iterations at S = 0, where the draft is idle: an iteration's tokens and
 features then go to the catch-up log (``speculative.catchup``) when it is read back, so an
 iteration dropped in flight (the controller turning speculation back on discards it) was
-never logged, and its position is recomputed. See ``EagleWorker.decode``.
+never logged, and its position is recomputed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
 from eagle_hal.engine.request import Request
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.speculative.acceptance import accept_tree
+from eagle_hal.speculative.draft_tracker import table_row
 from eagle_hal.speculative.drafting import single_node_tree
+from eagle_hal.speculative.iteration import DecodeBatch, IterationContext, Outputs
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from eagle_hal.speculative.worker import EagleWorker
-
-__all__ = ["InFlight", "decode_overlapped", "discard_in_flight", "drain"]
+__all__ = ["InFlight", "OverlappedPlain"]
 
 
 @dataclasses.dataclass(slots=True)
 class InFlight:
-    """An iteration launched but not read back."""
+    """A plain iteration launched but not read back."""
 
     requests: list[Request]
     # per request: its cached length and output count when this iteration is read back
@@ -95,132 +93,132 @@ class InFlight:
         return self.host.tolist()
 
 
-def discard_in_flight(worker: EagleWorker) -> None:
-    """Forget the iteration in flight (before a decode that does not overlap): its valid
-    requests give back the position it advanced, so their next iteration recomputes it."""
-    in_flight: InFlight | None = worker._in_flight
-    if in_flight is None:
-        return
-    worker._in_flight = None
-    table = worker.runner.table
-    sources = in_flight.source_of(in_flight.requests)
-    for request, source in zip(in_flight.requests, sources, strict=False):
-        if source is not None:
-            request.cached_len -= 1
-            table.truncate(request.table_row, request.cached_len)
+class OverlappedPlain:
+    """Plain decoding with one iteration in flight (see the module docstring)."""
 
+    def __init__(self, context: IterationContext) -> None:
+        self.context = context
+        self.in_flight: InFlight | None = None
 
-def drain(worker: EagleWorker) -> list[tuple[Request, int]]:
-    """Read back the iteration in flight now, without launching another: each of its
-    requests still running with its token (logged for the draft's catch-up as usual)."""
-    in_flight = worker._in_flight
-    if in_flight is None:
-        return []
-    worker._in_flight = None
-    sources = in_flight.source_of(in_flight.requests)
-    if all(s is None for s in sources):
-        return []
-    values = in_flight.read()
-    if in_flight.features is not None:
-        _record_for_catch_up(worker, in_flight, in_flight.requests, sources, values)
-    return [(r, values[s]) for r, s in zip(in_flight.requests, sources, strict=False)
-            if s is not None]
+    def discard(self) -> None:
+        """Forget the iteration in flight (before a decode that does not overlap): its valid
+        requests give back the position it advanced, so their next iteration recomputes it."""
+        in_flight, self.in_flight = self.in_flight, None
+        if in_flight is None:
+            return
+        table = self.context.runner.table
+        sources = in_flight.source_of(in_flight.requests)
+        for request, source in zip(in_flight.requests, sources, strict=True):
+            if source is not None:
+                request.cached_len -= 1
+                table.truncate(request.table_row, request.cached_len)
 
+    def drain(self) -> list[tuple[Request, list[int]]]:
+        """Read back the iteration in flight now, without launching another: each of its
+        requests still running with its token (logged for the draft's catch-up as usual)."""
+        in_flight, self.in_flight = self.in_flight, None
+        if in_flight is None:
+            return []
+        sources = in_flight.source_of(in_flight.requests)
+        if all(s is None for s in sources):
+            return []
+        values = in_flight.read()
+        if in_flight.features is not None:
+            self._record_for_catch_up(in_flight, in_flight.requests, sources, values)
+        return [(r, [values[s]]) for r, s in zip(in_flight.requests, sources, strict=True)
+                if s is not None]
 
-def decode_overlapped(worker: EagleWorker, requests: Sequence[Request]) -> list[list[int]]:
-    """One plain decode iteration for ``requests``, launched before the previous one is read
-    back; returns the previous iteration's tokens for the requests it holds (``[]`` for
-    the others). ``worker`` is the ``EagleWorker`` (its runner, ops and in-flight state)."""
-    runner, ops = worker.runner, worker.ops
-    previous: InFlight | None = worker._in_flight
-    batch_size = len(requests)
-    rows = [worker._row(r) for r in requests]
-    seq_lens = [r.cached_len for r in requests]
-    for row, seq_len in zip(rows, seq_lens, strict=False):
-        runner.table.reserve(row, seq_len + 1)
-    sources = previous.source_of(requests) if previous is not None else [None] * batch_size
-    carried = [s is not None for s in sources]
-    # a request's root is the previous iteration's token when it has one there, else the
-    # host's last token (just prefilled, or its in-flight token was dropped)
-    host_roots = [0 if c else r.output_ids[-1] for r, c in zip(requests, carried, strict=False)]
-    rows_t, seq_t, roots_t, slots_t, nodes_t, rows_in_previous, carried_t = (
-        runner.upload_with_table(
-            rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1),
-            [1] * batch_size, [s if s is not None else 0 for s in sources],
-            [int(c) for c in carried],
+    def decode(self, batch: DecodeBatch) -> Outputs:
+        """One plain decode iteration for the batch, launched before the previous one is
+        read back; returns the previous iteration's tokens for the requests it holds
+        (``[]`` for the others)."""
+        context = self.context
+        runner, ops, requests, size = context.runner, context.ops, batch.requests, batch.size
+        previous = self.in_flight
+        rows = [table_row(r) for r in requests]
+        seq_lens = [r.cached_len for r in requests]
+        for row, seq_len in zip(rows, seq_lens, strict=True):
+            runner.table.reserve(row, seq_len + 1)
+        sources = previous.source_of(requests) if previous is not None else [None] * size
+        carried = [s is not None for s in sources]
+        # a request's root is the previous iteration's token when it has one there, else
+        # the host's last token (just prefilled, or its in-flight token was dropped)
+        host_roots = [0 if c else r.output_ids[-1] for r, c in zip(requests, carried, strict=True)]
+        rows_t, seq_t, roots_t, slots_t, nodes_t, rows_in_previous, carried_t = (
+            runner.upload_with_table(
+                rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1),
+                [1] * size, [s if s is not None else 0 for s in sources],
+                [int(c) for c in carried],
+            )
+        )  # [B] each
+        # the sampling tensors before the launch: building them copies to the device,
+        # which must not wait behind the forward
+        sampling = context.sampling.of(requests)
+        if previous is not None and sources == list(range(len(previous.requests))):
+            roots = previous.tokens  # the same batch in the same order: the usual case
+        elif previous is not None and any(carried):
+            roots = torch.where(carried_t.bool(), previous.tokens[rows_in_previous], roots_t)
+        else:
+            roots = roots_t
+        tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, context.one_node)
+        forward = runner.make_batch(
+            ForwardMode.DECODE, input_ids=tree.tokens, positions=tree.positions, rows=rows,
+            prefix_lens=seq_lens, extend_lens=[1] * size, out_cache_loc=slots_t,
+            device_lens=(rows_t, seq_t, nodes_t),
         )
-    )  # [B] each
-    # the sampling tensors before the launch: building them copies to the device, which
-    # must not wait behind the forward
-    sampling = worker._sampling(requests)
-    if previous is not None and sources == list(range(len(previous.requests))):
-        roots = previous.tokens  # the same batch in the same order: the usual case
-    elif previous is not None and any(carried):
-        roots = torch.where(carried_t.bool(), previous.tokens[rows_in_previous], roots_t)
-    else:
-        roots = roots_t
-    tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, worker._one_node)
-    batch = runner.make_batch(
-        ForwardMode.DECODE, input_ids=tree.tokens, positions=tree.positions, rows=rows,
-        prefix_lens=seq_lens, extend_lens=[1] * batch_size, out_cache_loc=slots_t,
-        device_lens=(rows_t, seq_t, nodes_t),
-    )
-    out = runner.run_target(batch, worker.aux_layers)
-    logits = runner.target.compute_logits(out.hidden_states).view(batch_size, 1, -1)
-    if sampling.greedy:
-        tokens = ops.masked_argmax(logits, worker.vocab_size)[:, 0].long()
-    else:
-        result = accept_tree(
-            ops, logits, worker.vocab_size, tree.tokens, tree.retrieve_next_token,
-            tree.retrieve_next_sibling, 0, sampling, 2 * seq_t,
+        out = runner.run_target(forward, context.aux_layers)
+        logits = runner.target.compute_logits(out.hidden_states).view(size, 1, -1)
+        if sampling.greedy:
+            tokens = ops.masked_argmax(logits, context.vocab_size)[:, 0].long()
+        else:
+            result = accept_tree(
+                ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
+                tree.retrieve_next_sibling, 0, sampling, 2 * seq_t,
+            )
+            tokens = result.bonus_tokens.long().view(size)
+        on_device = runner.asynchronous
+        host = torch.empty(size, dtype=torch.int64, pin_memory=on_device)
+        host.copy_(tokens, non_blocking=on_device)
+        ready = None
+        if on_device:
+            ready = torch.Event(device=runner.device)
+            ready.record()
+        for request, seq_len in zip(requests, seq_lens, strict=True):
+            request.cached_len = seq_len + 1
+        # by the time this iteration is read back, the engine holds the previous one's tokens
+        expected = [(r.cached_len, len(r.output_ids) + c)
+                    for r, c in zip(requests, carried, strict=True)]
+        features = runner.draft.project_target_features(out) if context.draft.enabled else None
+        self.in_flight = InFlight(list(requests), expected, tokens, host, ready, seq_lens,
+                                  features)
+        context.iterations_at_depth[0] += 1
+        # the previous iteration has run meanwhile (it was queued before this one)
+        if previous is None or not any(carried):
+            return Outputs([[] for _ in requests])
+        values = previous.read()
+        if previous.features is not None:
+            self._record_for_catch_up(previous, requests, sources, values)
+        emitted = [[values[s]] if s is not None else [] for s in sources]
+        # a call that only launched reports nothing
+        accept = 1.0 if context.controller is not None and any(emitted) else None
+        return Outputs(emitted, accept)
+
+    def _record_for_catch_up(self, previous: InFlight, requests: Sequence[Request],
+                             sources: list[int | None], values: list[int]) -> None:
+        """Log the read-back iteration's tokens and features for the draft
+        (``speculative.catchup``), as an eager iteration at S = 0 logs its own."""
+        assert previous.features is not None and previous.draft_lens is not None
+        taken = [(r.request_id, s) for r, s in zip(requests, sources, strict=True)
+                 if s is not None]
+        rows = [s for _, s in taken]
+        features = previous.features
+        if rows != list(range(features.shape[0])):
+            index = torch.tensor(rows, dtype=torch.int64)
+            if self.context.runner.asynchronous:  # pinned: a pageable copy waits for the device
+                index = index.pin_memory()
+            index = index.to(features.device, non_blocking=True)
+            features = features.index_select(0, index)  # [B', H]
+        self.context.draft.pending.add(
+            [rid for rid, _ in taken], [previous.draft_lens[s] for s in rows],
+            [values[s] for s in rows], features,
         )
-        tokens = result.bonus_tokens.long().view(batch_size)
-    on_device = runner.asynchronous
-    host = torch.empty(batch_size, dtype=torch.int64, pin_memory=on_device)
-    host.copy_(tokens, non_blocking=on_device)
-    ready = None
-    if on_device:
-        ready = torch.Event(device=runner.device)
-        ready.record()
-    for request, seq_len in zip(requests, seq_lens, strict=False):
-        request.cached_len = seq_len + 1
-    # by the time this iteration is read back, the engine holds the previous one's tokens
-    expected = [(r.cached_len, len(r.output_ids) + c)
-                for r, c in zip(requests, carried, strict=False)]
-    features = runner.draft.project_target_features(out) if worker.has_draft else None
-    worker._in_flight = InFlight(
-        list(requests), expected, tokens, host, ready, seq_lens, features
-    )
-    worker.iterations_at_depth[0] += 1
-    # the previous iteration has run meanwhile (it was queued before this one)
-    if previous is None or not any(carried):
-        return [[] for _ in requests]
-    values = previous.read()
-    if previous.features is not None:
-        _record_for_catch_up(worker, previous, requests, sources, values)
-    return [[values[s]] if s is not None else [] for s in sources]
-
-
-def _record_for_catch_up(
-    worker: EagleWorker,
-    previous: InFlight,
-    requests: Sequence[Request],
-    sources: list[int | None],
-    values: list[int],
-) -> None:
-    """Log the read-back iteration's tokens and features for the draft (``speculative.catchup``),
-    as an iteration at S = 0 without overlap logs its own."""
-    assert previous.features is not None and previous.draft_lens is not None
-    taken = [(r.request_id, s) for r, s in zip(requests, sources, strict=False) if s is not None]
-    rows = [s for _, s in taken]
-    features = previous.features
-    if rows != list(range(features.shape[0])):
-        index = torch.tensor(rows, dtype=torch.int64)
-        if worker.runner.asynchronous:  # pinned: a pageable copy would wait for the device
-            index = index.pin_memory()
-        index = index.to(features.device, non_blocking=True)
-        features = features.index_select(0, index)  # [B', H]
-    worker._pending.add(
-        [rid for rid, _ in taken], [previous.draft_lens[s] for s in rows],
-        [values[s] for s in rows], features,
-    )

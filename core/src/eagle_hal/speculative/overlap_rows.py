@@ -7,7 +7,8 @@ Each of its requests starts from one of two places:
   and draft state are that iteration's results, still on the device (gathered by row:
   requests that finished since leave the chain);
 * **joined**: the request was not in it (it joined the batch since, after its prefill);
-  its cached length and root come from the host, its draft state from the worker's store.
+  its cached length and root come from the host, its draft state from the
+  ``DraftTracker``.
 
 A chain is continued when at least one row is carried; every row joined is a new chain.
 """
@@ -23,8 +24,9 @@ from eagle_hal.engine.request import Request
 from eagle_hal.speculative.drafting import DraftState
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from eagle_hal.engine.runner import ModelRunner
+    from eagle_hal.speculative.draft_tracker import DraftTracker
     from eagle_hal.speculative.speculative_overlap import SpecInFlight
-    from eagle_hal.speculative.worker import EagleWorker
 
 __all__ = ["JOINED", "fits", "reserve", "start_inputs"]
 
@@ -32,7 +34,8 @@ JOINED = -1  # ``SpecInFlight.rows_of``'s row of a request not in the iteration 
 
 
 def start_inputs(
-    worker: EagleWorker,
+    runner: ModelRunner,
+    draft: DraftTracker,
     flight: SpecInFlight | None,
     requests: Sequence[Request],
     rows_in_flight: Sequence[int] | None,
@@ -43,7 +46,6 @@ def start_inputs(
     request's row in ``flight`` or ``JOINED`` (``None``: no row is carried). ``per_row``:
     the table rows, and the nodes, branches and path width every row has. One host-to-
     device copy, which also brings the device table up to date."""
-    runner = worker.runner
     rows, num_nodes, topk, width = per_row
     n = len(requests)
     shape = ([num_nodes] * n, [topk] * n, [width] * n)
@@ -51,7 +53,7 @@ def start_inputs(
         seq_t, roots, rows_t, nodes_t, branches_t, width_t = runner.upload_with_table(
             [r.cached_len for r in requests], [r.output_ids[-1] for r in requests], rows, *shape
         )
-        return (rows_t, seq_t, roots, nodes_t, branches_t, width_t), worker.draft_states(requests)
+        return (rows_t, seq_t, roots, nodes_t, branches_t, width_t), draft.states_of(requests)
     assert flight is not None
     joined = [i for i, row in enumerate(rows_in_flight) if row == JOINED]
     if not joined:
@@ -73,7 +75,7 @@ def start_inputs(
     )
     seq_t = flight.seq_next.index_select(0, index).index_copy(0, at, seq_new)
     roots = flight.roots_next.index_select(0, index).index_copy(0, at, roots_new)
-    fresh = worker.draft_states(newcomers)
+    fresh = draft.states_of(newcomers)
     state = DraftState(*(
         carried.index_select(0, index).index_copy(0, at, new.to(carried.dtype))
         for carried, new in zip(flight.state_next, fresh, strict=True)

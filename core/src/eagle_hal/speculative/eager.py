@@ -1,0 +1,172 @@
+"""The iteration without overlap: draft -> verify -> accept -> draft extend, in order.
+
+The host builds the iteration from what it read back and reads back before returning. It
+runs the first iteration of a batch, the benchmark's timed split pass, every iteration on
+devices or layouts that cannot overlap, and S = 0 without overlap. For B requests, S draft
+steps, top-k K, N verify nodes:
+
+1. reserve ``max(N, S*K)`` positions past each request's cached length: the draft's
+   scratch slots (draft KV store) and the verify slots (target KV store) share them, and
+   upload everything the iteration needs from the host in one copy;
+2. draft: S - 1 DRAFT_DECODE forwards grow the tree, then the N - 1 best nodes are laid
+   out as the verify tree (root = the pending token; ``speculative.drafting``). At S = 0 a
+   one-node tree, no draft;
+3. verify: one TARGET_VERIFY forward over the N nodes under the tree mask;
+4. accept (greedy or lossless tree sampling), read back in the iteration's one host sync;
+   move the accepted nodes not already in place (never for plain decoding or chains) to
+   the front and free the rest (truncate);
+5. draft extend: the draft consumes the emitted tokens with the target's features of the
+   accepted nodes, giving the next iteration's top-K and hidden state. At S = 0 the
+   tokens and features are logged for the draft's catch-up instead.
+
+Positions: the root sits at position ``seq_len`` (its KV is written by the verify); a draft
+node at depth d has target position ``seq_len + d``. The draft reads token ``p + 1`` with the
+target's feature at ``p``, so it runs a depth-d node at draft position ``seq_len + d - 1``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from eagle_hal.engine.request import Request
+from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.hal.sampling import TreeShape
+from eagle_hal.speculative.acceptance import accept_tree
+from eagle_hal.speculative.draft_tracker import table_row
+from eagle_hal.speculative.drafting import DraftInputs, draft_tree, single_node_tree
+from eagle_hal.speculative.iteration import DecodeBatch, IterationContext, Outputs
+
+__all__ = ["EagerIteration"]
+
+
+class EagerIteration:
+    """The reference iteration (see the module docstring). Holds nothing between calls."""
+
+    def __init__(self, context: IterationContext) -> None:
+        self.context = context
+
+    def drain(self) -> list[tuple[Request, list[int]]]:
+        return []
+
+    def discard(self) -> None:
+        pass
+
+    def decode(self, batch: DecodeBatch) -> Outputs:
+        context = self.context
+        runner, ops, draft, timer = context.runner, context.ops, context.draft, context.timer
+        requests, steps, spec, size = batch.requests, batch.steps, batch.spec, batch.size
+        context.iterations_at_depth[steps] += 1
+        timer.begin(batch.start)
+        num_nodes = spec.draft_tokens if steps > 0 else 1
+        topk = spec.topk if steps > 0 else 1
+        reserve = max(num_nodes, steps * topk)
+
+        # 1. reserve, and everything the iteration needs from the host in one copy: the
+        # reserved block's slots (verify nodes and draft scratch share it), the draft
+        # steps' positions and the device table's new entries
+        with timer.phase("draft_extend"):
+            rows = [table_row(r) for r in requests]
+            seq_lens = [r.cached_len for r in requests]
+            for row, seq_len in zip(rows, seq_lens, strict=True):
+                runner.table.reserve(row, seq_len + reserve)
+            host_slots = runner.host_slots(rows, seq_lens, reserve)  # [B * reserve]
+            draft_positions = [
+                s + d for d in range(max(steps - 1, 0)) for s in seq_lens for _ in range(topk)
+            ]  # [S - 1, B * K] step-major
+            rows_t, seq_t, roots, slots_t, branches_t, nodes_t, positions_t = (
+                runner.upload_with_table(
+                    rows, seq_lens, [r.output_ids[-1] for r in requests], host_slots,
+                    [topk] * size, [num_nodes] * size, draft_positions,
+                )
+            )
+            slots = slots_t.view(size, reserve)
+        with timer.phase("catch_up"):
+            caught_up = steps > 0 and draft.catch_up(requests)
+            catch_up = 0.0
+            if caught_up and context.controller is not None:
+                # the controller charges the catch-up to the probe, so time it apart
+                runner.backend.synchronize()
+                catch_up = time.perf_counter() - batch.start
+
+        # 2. draft the tree and lay it out for verification
+        with timer.phase("draft"):
+            if steps > 0:
+                inputs = DraftInputs(
+                    rows, seq_lens, rows_t, seq_t, branches_t, slots,
+                    positions_t.view(max(steps - 1, 0), size * topk), roots,
+                    draft.states_of(requests),
+                )
+                tree = draft_tree(runner, ops, TreeShape(spec.topk, steps, num_nodes), inputs)
+            else:
+                tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, context.one_node)
+
+        # 3. verify
+        with timer.phase("verify"):
+            verify_slots = slots[:, :num_nodes]  # [B, N] node i's slot: position seq_len + i
+            mode = ForwardMode.TARGET_VERIFY if num_nodes > 1 else ForwardMode.DECODE
+            forward = runner.make_batch(
+                mode, input_ids=tree.tokens, positions=tree.positions, rows=rows,
+                prefix_lens=seq_lens, extend_lens=[num_nodes] * size,
+                out_cache_loc=verify_slots, tree_mask=tree.tree_mask if num_nodes > 1 else None,
+                device_lens=(rows_t, seq_t, nodes_t),
+            )
+            out = runner.run_target(forward, context.aux_layers)
+            logits = runner.target.compute_logits(out.hidden_states).view(size, num_nodes, -1)
+
+        # 4. accept; read back lengths, bonus tokens, accepted nodes and the tree's tokens
+        # in the one host sync of the iteration, then move off-place KV and free the rest
+        with timer.phase("accept"):
+            greedy = all(r.params.greedy for r in requests)
+            result = accept_tree(
+                ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
+                tree.retrieve_next_sibling, steps, context.sampling.of(requests),
+                seq_t if greedy else 2 * seq_t,
+            )
+            width = result.accepted_nodes.shape[1]
+            readback = torch.cat(
+                [result.accept_lens.long().view(-1, 1), result.bonus_tokens.long().view(-1, 1),
+                 result.accepted_nodes.long(), tree.tokens.long()], dim=1,
+            ).tolist()  # [B, 2 + W + N]
+            accept_lens = [line[0] for line in readback]
+            paths = [line[2 : 2 + n] for line, n in zip(readback, accept_lens, strict=True)]
+            emitted = [
+                [line[2 + width + node] for node in path[1:]] + [line[1]]
+                for line, path in zip(readback, paths, strict=True)
+            ]
+            moves = [
+                (host_slots[b * reserve + node], host_slots[b * reserve + j])
+                for b, path in enumerate(paths) for j, node in enumerate(path) if node != j
+            ]  # (source, destination) slot of every accepted node not yet in place
+            hidden_rows = [b * num_nodes + node for b, path in enumerate(paths) for node in path]
+            if moves or (draft.enabled and steps > 0 and size > 1):
+                sources, destinations, hidden_index = runner.upload(
+                    [m[0] for m in moves], [m[1] for m in moves], hidden_rows
+                )
+                runner.target_kv.move_kv(sources, destinations)
+            for request, seq_len, n in zip(requests, seq_lens, accept_lens, strict=True):
+                request.cached_len = seq_len + n  # the root and n - 1 accepted drafts
+            # in reverse, so that the next iteration's reserves get the same slots back
+            for request, row in reversed(list(zip(requests, rows, strict=True))):
+                runner.table.truncate(row, request.cached_len)
+
+        # 5. draft extend over the emitted tokens, fed the accepted nodes' target
+        # features; at S = 0 only log them (each request emitted one token, feature row b)
+        with timer.phase("draft_extend"):
+            if draft.enabled and steps == 0:
+                features = runner.draft.project_target_features(out)  # [B, H]
+                draft.pending.add(
+                    [r.request_id for r in requests], seq_lens, [e[0] for e in emitted], features
+                )
+            elif draft.enabled:
+                features = runner.draft.project_target_features(out)  # [B * N, H]
+                if size == 1 and not moves:
+                    features = features[: accept_lens[0]]
+                else:
+                    features = features[hidden_index]
+                ids = [t for tokens in emitted for t in tokens]
+                draft.extend(requests, ids, features, seq_lens, accept_lens)
+        timer.count_iteration()
+        accept = sum(accept_lens) / size if context.controller is not None else None
+        return Outputs(emitted, accept, catch_up)
