@@ -115,7 +115,7 @@ def run_scenario(scenario: Scenario, backend: Backend, context: ParallelContext)
     outputs = llm.generate([list(p) for p in scenario.prompts], scenario.params)
     return {
         "tokens": [list(o.token_ids) for o in outputs],
-        "base_seed": llm.worker.base_seed,
+        "base_seed": llm.worker.context.sampling.base_seed,
         "prompt_logits": _prompt_logits(llm, scenario.prompts[0]),
     }
 
