@@ -114,7 +114,7 @@ def test_chain_loop_declines_what_it_cannot_capture():
             draft_chain(scene.runner, ops, steps, inputs)
         replayed = scene.runner.graphs.chain_replays - replays
         assert replayed == int(scene.runner.graphs.can_replay_draft_loop(
-            TreeShape(1, steps, steps + 1), inputs))
+            TreeShape(steps, 1, steps + 1), inputs))
         return replayed
 
     assert chain(3) == 0 and chain(1, steps=1) == 0
@@ -157,7 +157,7 @@ def test_chain_loop_graph_can_be_turned_off(backends, pair):
 
 # -- the draft's tree loop as one graph -------------------------------------------------------
 
-TREE_SHAPE = TreeShape(BRANCHES, DRAFT_STEPS, 5)
+TREE_SHAPE = TreeShape(DRAFT_STEPS, BRANCHES, 5)
 
 
 def _tree_both_ways(scene, inputs):
@@ -225,7 +225,7 @@ def test_tree_loop_declines_what_it_cannot_capture():
         assert replayed == int(scene.runner.graphs.can_replay_draft_loop(shape, inputs))
         return replayed
 
-    assert tree(3) == 0 and tree(1, TreeShape(BRANCHES, 1, 3)) == 0
+    assert tree(3) == 0 and tree(1, TreeShape(1, BRANCHES, 3)) == 0
     assert tree(2) == 1
     scene.runner.target_attn.tree_mask_mode = TreeMaskMode.FULL
     assert tree(2) == 0

@@ -64,6 +64,7 @@ NO_TOKEN = -1  # padding of token outputs past a request's accepted length
 ACCEPT_PROB_BITS = 31  # acceptance compares floor(prob * 2**31) as integers
 ACCEPT_UNIFORM_SHIFT = 31  # a draw's top 31 bits scale it into a range
 ACCEPT_DRAW_LIMIT = 2**62  # accept draws are uniform integers in [0, 2**62)
+MAX_TREE_NODES = 64  # the widest verify tree (N, root included) accepted; none wider is tested
 
 
 class TreeConfigError(ValueError):
@@ -72,28 +73,40 @@ class TreeConfigError(ValueError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TreeShape:
-    """The speculative tree's geometry: top-k ``K``, draft steps ``S``, verify nodes ``N``.
+    """The speculative tree's geometry: draft steps ``S``, top-k ``K``, verify nodes ``N``.
 
-    ``num_draft_tokens`` counts the root, so ``N = 1`` means no drafts. The drafts are chosen
-    among ``K + (S - 1) * K * K`` candidates, so ``N - 1`` may not exceed that. ``K = 1`` is a
-    chain: ``N = S + 1`` and every tree op degenerates to the identity layout.
+    ``num_draft_tokens`` counts the root, so ``N = 1`` means no drafts (and is the only
+    width of ``S = 0``). The drafts are chosen among ``K + (S - 1) * K * K`` candidates, so
+    ``N - 1`` may not exceed that. ``K = 1`` is a chain: ``N = S + 1`` and every tree op
+    degenerates to the identity layout. ``N`` is at most ``MAX_TREE_NODES``.
     """
 
-    topk: int
     num_steps: int
+    topk: int
     num_draft_tokens: int
 
     def __post_init__(self) -> None:
-        if self.topk < 1 or self.num_steps < 0 or self.num_draft_tokens < 1:
+        steps, topk, nodes = self.num_steps, self.topk, self.num_draft_tokens
+        if steps < 0:
+            raise TreeConfigError(f"num_steps must be >= 0, got {steps}")
+        if topk < 1:
+            raise TreeConfigError(f"topk must be >= 1, got {topk}")
+        if nodes < 1:
+            raise TreeConfigError(f"num_draft_tokens must be >= 1, got {nodes}")
+        if nodes > MAX_TREE_NODES:
             raise TreeConfigError(
-                f"need topk >= 1, num_steps >= 0, num_draft_tokens >= 1; got {self}"
+                f"num_draft_tokens={nodes} is above the supported maximum of {MAX_TREE_NODES}"
             )
-        if self.num_draft_tokens - 1 > self.max_candidates:
+        if nodes - 1 > self.max_candidates:
             raise TreeConfigError(
-                f"num_draft_tokens - 1 = {self.num_draft_tokens - 1} drafts cannot be chosen "
-                f"from the {self.max_candidates} candidates of {self.num_steps} steps with "
-                f"top-k {self.topk} (K + (S-1)*K*K); lower num_draft_tokens or raise "
-                "num_steps/topk"
+                f"num_draft_tokens={nodes} asks for {nodes - 1} draft nodes, but S={steps} "
+                f"steps of top-k={topk} yield at most {self.max_candidates} candidates "
+                "(K + (S-1)*K*K); lower num_draft_tokens or raise num_steps/topk"
+            )
+        if steps > 0 and nodes < 2:
+            raise TreeConfigError(
+                f"num_steps={steps} drafts nothing with num_draft_tokens=1; "
+                "speculation needs num_draft_tokens >= 2"
             )
 
     @property
@@ -101,10 +114,6 @@ class TreeShape:
         if self.num_steps == 0:
             return 0
         return self.topk + (self.num_steps - 1) * self.topk * self.topk
-
-    @property
-    def is_chain(self) -> bool:
-        return self.topk == 1
 
 
 class TreeStep(NamedTuple):

@@ -56,23 +56,6 @@ def _default_nodes(steps: int, topk: int) -> int:
     return min(topk * steps + 1, DEFAULT_TREE_NODES, candidates + 1)
 
 
-def _shape(steps: int, topk: int, nodes: int) -> TreeShape:
-    candidates = topk + (steps - 1) * topk * topk if steps > 0 else 0
-    if nodes < 1:
-        raise ValueError(f"num_draft_tokens must be >= 1, got {nodes}")
-    if nodes - 1 > candidates:
-        raise ValueError(
-            f"num_draft_tokens={nodes} asks for {nodes - 1} draft nodes, but S={steps} "
-            f"steps of top-k={topk} yield at most {candidates}; "
-            f"lower num_draft_tokens or raise num_steps/topk"
-        )
-    if steps > 0 and nodes < 2:
-        raise ValueError("speculation with num_steps > 0 needs num_draft_tokens >= 2")
-    if nodes > 64:
-        raise ValueError(f"num_draft_tokens={nodes} is above the supported maximum of 64")
-    return TreeShape(topk=topk, num_steps=steps, num_draft_tokens=nodes)
-
-
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
 class SpecConfig:
     """EAGLE speculative settings (see the module docstring).
@@ -104,10 +87,6 @@ class SpecConfig:
     ) -> None:
         if shape is not None:
             num_steps, topk, num_draft_tokens = shape.num_steps, shape.topk, shape.num_draft_tokens
-        if num_steps < 0:
-            raise ValueError(f"num_steps must be >= 0, got {num_steps}")
-        if topk < 1:
-            raise ValueError(f"topk must be >= 1, got {topk}")
         nodes = _default_nodes(num_steps, topk) if num_draft_tokens is None else num_draft_tokens
         if adaptive is True:
             adaptive = AdaptiveConfig(tuple(adaptive_steps), adaptive_ema, adaptive_hysteresis,
@@ -117,7 +96,7 @@ class SpecConfig:
             if adaptive_verify_budget is not None and adaptive_verify_budget < 1:
                 raise ValueError(f"adaptive_verify_budget must be >= 1, got "
                                  f"{adaptive_verify_budget}")
-        object.__setattr__(self, "shape", shape or _shape(num_steps, topk, nodes))
+        object.__setattr__(self, "shape", shape or TreeShape(num_steps, topk, nodes))
         object.__setattr__(self, "adaptive_config", adaptive)
         object.__setattr__(self, "default_nodes", num_draft_tokens is None)
 

@@ -257,7 +257,7 @@ def draft_chain(
 
 @functools.cache
 def _chain_shape(steps: int) -> TreeShape:
-    return TreeShape(1, steps, steps + 1)
+    return TreeShape(steps, 1, steps + 1)
 
 
 def _chain_loop(draft: Any, loop: DraftLoop) -> VerifyTree:

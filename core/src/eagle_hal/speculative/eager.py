@@ -98,7 +98,7 @@ class EagerIteration:
                     positions_t.view(max(steps - 1, 0), size * topk), roots,
                     draft.states_of(requests),
                 )
-                tree = draft_tree(runner, ops, TreeShape(spec.topk, steps, num_nodes), inputs)
+                tree = draft_tree(runner, ops, TreeShape(steps, spec.topk, num_nodes), inputs)
             else:
                 tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, context.one_node)
 

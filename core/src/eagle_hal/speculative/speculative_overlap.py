@@ -326,7 +326,7 @@ class OverlappedSpeculative:
         # 1-2. draft; host lengths are upper bounds (the attention reads the device's)
         inputs = DraftInputs(rows, bounds, rows_t, seq_t, branches_t, slots, positions, roots,
                              state)
-        shape = TreeShape(topk, steps, num_nodes)
+        shape = TreeShape(steps, topk, num_nodes)
         tree = draft_tree(runner, ops, shape, inputs)
         graphs = runner.graphs
         if sampling.greedy and graphs is not None and graphs.can_replay_iteration(shape, inputs):

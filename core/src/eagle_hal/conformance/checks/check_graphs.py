@@ -273,7 +273,7 @@ def test_tree_loop_equals_eager(backend: Backend, tolerance: Any) -> None:
         pytest.skip("full tree masks are sized by the prefix lengths: the tree draft replays "
                     "one graph per level")
     ops = backend.sampling_ops()
-    shape = TreeShape(BRANCHES, DRAFT_STEPS, 5)
+    shape = TreeShape(DRAFT_STEPS, BRANCHES, 5)
     for size in BATCH_SIZES:
         rows, seq_lens = scene.add_requests(size)
         inputs = scene.tree_inputs(rows, seq_lens)
