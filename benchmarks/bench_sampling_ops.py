@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 from eagle_hal import settings
-from eagle_hal.backend import TreeMaskMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.reference import ReferenceSamplingOps
 
 

@@ -116,8 +116,8 @@ def profile_one(llm: Any, measurement: Any, top: int) -> str:
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats(
-        r"(engine|worker|overlap|speculative_overlap|runner|graph_runner|drafting|adaptive"
-        r"|reports|catchup|detokeni|scheduler)\.py", top)
+        r"(engine|worker|iteration|eager|overlap|speculative_overlap|draft_tracker|runner"
+        r"|forward|draft_loop|drafting|acceptance|adaptive|reports|detokeni|scheduler)\.py", top)
     return out.getvalue()
 
 

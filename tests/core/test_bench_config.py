@@ -47,7 +47,7 @@ def test_modes_without_settings_take_the_backends_default_spec_of_their_kind():
     """A mode's own settings, over the run's, over the backend's default spec of its kind
     (the CPU's: chains of S = 3, trees S3 K2 N4, adaptive chains S = 0-3); without
     ``base_specs`` the library's (S = 5 chains, S5 K4 N16 trees). N follows the shape."""
-    from eagle_hal.backend import SPEC_KINDS
+    from eagle_hal.backends.defaults import SPEC_KINDS
 
     cpu = select_backend("cpu")
     config = bench.BenchConfig(

@@ -12,10 +12,10 @@ import random
 
 import pytest
 import torch
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.device import parse_device
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal_npu.attention import NpuAttentionBackend
 from eagle_hal_npu.backend import NpuBackend

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.backends.cpu.backend import CpuBackend
 from eagle_hal.engine.request import SamplingParams
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.graphs import EmulatedGraphCapture

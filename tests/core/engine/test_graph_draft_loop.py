@@ -17,10 +17,10 @@ from __future__ import annotations
 import pytest
 import torch
 from eagle_hal.api import LLM
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.conformance.runner_scene import BRANCHES, DRAFT_STEPS, RunnerScene
 from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.sampling import TreeShape
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.drafting import draft_chain, draft_tree
 from eagle_hal.testing.models import tiny_eagle1

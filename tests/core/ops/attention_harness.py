@@ -9,7 +9,6 @@ import math
 import random
 
 import torch
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.kv_cache import (
     DeviceTokenTable,
     KVStorage,
@@ -18,6 +17,7 @@ from eagle_hal.engine.kv_cache import (
 )
 from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
 from eagle_hal.hal.kv_layout import KVLayout
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.attention_reference import TorchAttentionBackend
 
 ATOL = 2e-5  # float32 compute against a float64 oracle, scores of O(1)

@@ -8,10 +8,10 @@ import random
 
 import pytest
 import torch
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.kv_cache import DeviceTokenTable, KVStorage, PageAllocator, RequestTokenTable
 from eagle_hal.hal.attention import AttentionConfig, ForwardBatch, ForwardMode
 from eagle_hal.hal.kv_layout import KVLayout
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.attention_composite import (
     CompositeTreeAttentionBackend,
     dense_tree_attention,

@@ -13,8 +13,8 @@ import random
 import pytest
 import torch
 from attention_harness import ATOL, Harness, oracle_attention  # beside the tests (conftest)
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import ForwardMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.ops.attention_reference import TorchAttentionBackend, TorchAttentionMetadata
 
 

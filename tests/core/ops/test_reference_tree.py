@@ -7,8 +7,8 @@ import random
 import ops_oracle as oracle
 import pytest
 import torch
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.sampling import TreeConfigError, TreeShape
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 # (batch, topk, steps, num_draft_tokens): chains, N = 1, the largest N, a single step.
 TREE_CASES = [

@@ -304,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from eagle_hal.api import LLM
-    from eagle_hal.backend import SPEC_KINDS
+    from eagle_hal.backends.defaults import SPEC_KINDS
     from eagle_hal.model.draft_vocab import restrict
     from eagle_hal.registry import select_backend
 

@@ -75,7 +75,7 @@ class BenchConfig:
         """The base spec of ``kind``: ``base_specs``' or the library's default."""
         if self.base_specs is not None and kind in self.base_specs:
             return self.base_specs[kind]
-        from eagle_hal.backend import library_default_spec
+        from eagle_hal.backends.defaults import library_default_spec
 
         return library_default_spec(kind)
 

@@ -19,7 +19,7 @@ of ``AttentionMetadata``); ``forward`` runs once per layer and reads
 ``batch.attn_metadata``. The graph hooks let the core's graph runner capture a forward with
 static metadata buffers and refresh them in place before each replay.
 
-Graph capture, in order (``engine.graph_runner`` and the conformance graphs area both
+Graph capture, in order (``engine.graphs.runner`` and the conformance graphs area both
 follow it): ``init_graph_state`` once; ``plan_for_capture`` on a static batch, whose
 tensors the graph then reads for its whole life; a warm-up ``forward`` and the captured
 one. Before each replay the caller writes the replayed batch into the static batch's
@@ -183,7 +183,7 @@ class AttentionBackend(abc.ABC):
     # Whether a DRAFT_DECODE forward reads the values of ``draft_kv_slots`` itself, the
     # hooks (``plan_for_capture``, ``plan_for_replay``, ``replay_host_updates``) at most
     # its shape. Then, inside a graph of several forwards, the slots may be written by the
-    # ops before the forward: the tree-loop graph (``engine.tree_graph``) computes each
+    # ops before the forward: the draft-loop graph (``engine.graphs.draft_loop``) computes each
     # level's ancestor slots from the levels before it. Off by default: trees then draft
     # level by level.
     draft_slots_read_in_forward: bool = False

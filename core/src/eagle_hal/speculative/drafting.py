@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import NO_NODE, SamplingOps, TreeShape, TreeStep, VerifyTree
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.engine.graphs.draft_loop import DraftLoop

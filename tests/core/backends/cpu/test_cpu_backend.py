@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from eagle_hal.backend import TreeMaskMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.registry import Registry
 
 

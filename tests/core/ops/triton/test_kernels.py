@@ -18,8 +18,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from eagle_hal.backend import TreeMaskMode  # noqa: E402
 from eagle_hal.hal.sampling import NO_NODE  # noqa: E402
+from eagle_hal.hal.tree_mask import TreeMaskMode  # noqa: E402
 from eagle_hal.ops.reference import ReferenceSamplingOps  # noqa: E402
 from eagle_hal.ops.triton import TritonSamplingOps  # noqa: E402
 

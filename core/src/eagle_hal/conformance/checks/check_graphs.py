@@ -50,7 +50,7 @@ from typing import Any
 import pytest
 import torch
 
-from eagle_hal.backend import Backend, TreeMaskMode
+from eagle_hal.backend import Backend
 from eagle_hal.conformance.checks.check_attention import build_case
 from eagle_hal.conformance.compare import assert_close
 from eagle_hal.conformance.paged import PagedScene, preferred_page_size
@@ -58,6 +58,7 @@ from eagle_hal.conformance.requirements import requires
 from eagle_hal.conformance.runner_scene import BUCKETS, RunnerScene
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.hal.attention import ForwardBatch, ForwardMode
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.drafting import draft_chain
 

@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture, merge_host_updates
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 __all__ = ["Body", "CapturedForward", "record_with_own_outputs", "replay_forwards",
            "static_batch"]

@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.graphs.forward import record_with_own_outputs, replay_forwards
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import DeviceGraph, GraphCapture
 from eagle_hal.hal.sampling import NO_NODE, TreeShape, VerifyTree
+from eagle_hal.hal.tree_mask import TreeMaskMode
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.speculative.drafting import DraftInputs

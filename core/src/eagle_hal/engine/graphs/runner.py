@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from eagle_hal.backend import TreeMaskMode
 from eagle_hal.engine.graphs.draft_loop import DraftLoopBody, DraftLoopGraph, is_chain
 from eagle_hal.engine.graphs.forward import Body, CapturedForward
 from eagle_hal.engine.graphs.iteration import VerifyExtendBody, VerifyExtendGraph
@@ -60,6 +59,7 @@ from eagle_hal.engine.page_allocator import PADDING_PAGE
 from eagle_hal.hal.attention import AttentionBackend, ForwardBatch, ForwardMode
 from eagle_hal.hal.graphs import GraphCapture
 from eagle_hal.hal.sampling import TreeShape, VerifyTree
+from eagle_hal.hal.tree_mask import TreeMaskMode
 from eagle_hal.model.llama import ModelOutput
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
