@@ -115,7 +115,7 @@ class Case:
             mode=mode,
             input_ids=torch.zeros(tokens, dtype=torch.int64, device=device),
             positions=torch.zeros(tokens, dtype=torch.int64, device=device),
-            req_pool_indices=rows,
+            table_rows=rows,
             prefix_lens=torch.full((batch,), context, device=device),
             extend_lens=torch.full((batch,), n, device=device),
             out_cache_loc=self.table[:, context : context + n].reshape(-1).contiguous(),
@@ -138,7 +138,7 @@ class Case:
         self.store.write_kv(0, batch.out_cache_loc, self.k, self.v)
         return paged_attention(
             self.q, self.store.k_buffer(0), self.store.v_buffer(0), "NHD", self.table,
-            batch.req_pool_indices, batch.prefix_lens, metadata.token_request,
+            batch.table_rows, batch.prefix_lens, metadata.token_request,
             metadata.own_base, metadata.own_len, batch.out_cache_loc,
             batch.tree_mask if metadata.tree_width else None, metadata.tree_width,
             self.backend.config.scaling,
@@ -155,7 +155,7 @@ class Case:
         def call() -> torch.Tensor:
             return split_paged_attention(
                 self.q, self.k, self.v, self.store.k_buffer(0), self.store.v_buffer(0), "NHD",
-                batch.out_cache_loc, self.table, batch.req_pool_indices, batch.prefix_lens,
+                batch.out_cache_loc, self.table, batch.table_rows, batch.prefix_lens,
                 metadata.token_request, metadata.own_base, metadata.own_len, None,
                 batch.tree_mask if metadata.tree_width else None, metadata.tree_width,
                 self.backend.config.scaling, num_splits, block_keys=block_keys,

@@ -42,7 +42,7 @@ def paged_attention_kernel(
     v_cache_ptr,  # same layout as keys
     out_ptr,  # [T, H, D]
     req_to_token_ptr,  # [max_requests, max_context]
-    req_pool_indices_ptr,  # [B] table row of each request
+    table_rows_ptr,  # [B] table row of each request
     prefix_lens_ptr,  # [B]
     token_request_ptr,  # [T] int32 request of each token
     own_base_ptr,  # [T] int32 first own-slot index of each token
@@ -74,7 +74,7 @@ def paged_attention_kernel(
     query = tl.load(q_ptr + token * stride_q_token + head * stride_q_head + dims, mask=dim_ok,
                     other=0.0).to(tl.float32) * scale  # [BLOCK_DIM]
     request = tl.load(token_request_ptr + token).to(tl.int64)
-    row = tl.load(req_pool_indices_ptr + request).to(tl.int64)
+    row = tl.load(table_rows_ptr + request).to(tl.int64)
     prefix_len = tl.load(prefix_lens_ptr + request).to(tl.int32)
     own_base = tl.load(own_base_ptr + token).to(tl.int64)
     own_len = tl.load(own_len_ptr + token).to(tl.int32)
@@ -137,7 +137,7 @@ def paged_attention(
     v_cache: torch.Tensor,
     kv_order: str,
     req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
+    table_rows: torch.Tensor,
     prefix_lens: torch.Tensor,
     token_request: torch.Tensor,
     own_base: torch.Tensor,
@@ -164,7 +164,7 @@ def paged_attention(
     mask = own_slots if tree_mask is None else tree_mask.view(torch.uint8)
     paged_attention_kernel[(num_tokens, num_heads)](
         q, k_cache, v_cache, out,
-        req_to_token, req_pool_indices, prefix_lens,
+        req_to_token, table_rows, prefix_lens,
         token_request, own_base, own_len, own_slots, mask,
         scale, tree_width,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

@@ -63,7 +63,7 @@ class PairedAttention:
                                for p, n in zip(prefix_lens, extend_lens, strict=True)])
         return ForwardBatch(
             mode=mode, input_ids=torch.zeros(len(out), dtype=torch.long), positions=positions,
-            req_pool_indices=torch.tensor(self.rows), prefix_lens=torch.tensor(prefix_lens),
+            table_rows=torch.tensor(self.rows), prefix_lens=torch.tensor(prefix_lens),
             extend_lens=torch.tensor(extend_lens), out_cache_loc=out,
             prefix_lens_cpu=prefix_lens, extend_lens_cpu=tuple(extend_lens), **extra,
         )

@@ -75,7 +75,7 @@ class Pair:
         return ForwardBatch(
             mode=mode, input_ids=torch.zeros(t, dtype=torch.long),
             positions=torch.zeros(t, dtype=torch.long),
-            req_pool_indices=torch.tensor(self.rows), prefix_lens=torch.tensor(self.prefix_lens),
+            table_rows=torch.tensor(self.rows), prefix_lens=torch.tensor(self.prefix_lens),
             extend_lens=torch.tensor(extend_lens), out_cache_loc=out_cache_loc.to(torch.int32),
             prefix_lens_cpu=self.prefix_lens, extend_lens_cpu=tuple(extend_lens), **extra,
         )

@@ -66,7 +66,7 @@ class PagedRuntime:
             mode=mode,
             input_ids=torch.tensor(flat, dtype=torch.int64),
             positions=torch.tensor(positions, dtype=torch.int64),
-            req_pool_indices=torch.tensor(rows, dtype=torch.int64),
+            table_rows=torch.tensor(rows, dtype=torch.int64),
             prefix_lens=torch.tensor(prefix_lens, dtype=torch.int64),
             extend_lens=torch.tensor(extend_lens, dtype=torch.int64),
             out_cache_loc=torch.tensor(slots, dtype=torch.int64),

@@ -211,7 +211,7 @@ def test_head_loads_and_drafts_like_the_oracle(variant, layers, kernels, target,
         batch = ForwardBatch(
             mode=ForwardMode.DRAFT_DECODE,
             input_ids=torch.tensor(tokens), positions=torch.tensor(positions),
-            req_pool_indices=torch.tensor(draft_rows), prefix_lens=torch.tensor(prefix_len),
+            table_rows=torch.tensor(draft_rows), prefix_lens=torch.tensor(prefix_len),
             extend_lens=torch.tensor([branches] * len(draft_rows)),
             out_cache_loc=torch.tensor([s[-1] for s in kv_slots]),
             prefix_lens_cpu=prefix_len, extend_lens_cpu=(branches,) * len(draft_rows),

@@ -90,7 +90,7 @@ class Harness:
             mode=mode,
             input_ids=torch.zeros(num_tokens, dtype=torch.int64),
             positions=torch.zeros(num_tokens, dtype=torch.int64),
-            req_pool_indices=torch.tensor(self.rows, dtype=torch.int64),
+            table_rows=torch.tensor(self.rows, dtype=torch.int64),
             prefix_lens=torch.tensor(prefix_lens, dtype=torch.int64),
             extend_lens=torch.tensor(extend_lens, dtype=torch.int64),
             out_cache_loc=torch.tensor(out_cache_loc, dtype=torch.int64),

@@ -86,7 +86,7 @@ def test_paged_prefix_attention_against_loop_and_empty_prefix() -> None:
     q = torch.randn(3, 2, 2, HEAD_DIM)
     out, lse = paged_prefix_attention(
         q, k_buffer, v_buffer, req_to_token=req_to_token,
-        req_pool_indices=torch.tensor([2, 0, 1]), prefix_lens=torch.tensor(prefix_lens),
+        table_rows=torch.tensor([2, 0, 1]), prefix_lens=torch.tensor(prefix_lens),
         max_prefix_len=10, scaling=0.3)
     for b, (row, n) in enumerate(zip([2, 0, 1], prefix_lens, strict=True)):
         slots = req_to_token[row, :n]
@@ -141,7 +141,7 @@ def verify_batch(rows, prefix_lens, n, out_cache_loc, tree_mask) -> ForwardBatch
     total = len(out_cache_loc)
     return ForwardBatch(
         mode=ForwardMode.TARGET_VERIFY, input_ids=torch.zeros(total, dtype=torch.int64),
-        positions=torch.zeros(total, dtype=torch.int64), req_pool_indices=torch.tensor(rows),
+        positions=torch.zeros(total, dtype=torch.int64), table_rows=torch.tensor(rows),
         prefix_lens=torch.tensor(prefix_lens), extend_lens=torch.tensor([n] * len(rows)),
         out_cache_loc=torch.tensor(out_cache_loc), prefix_lens_cpu=tuple(prefix_lens),
         extend_lens_cpu=(n,) * len(rows), tree_mask=tree_mask)

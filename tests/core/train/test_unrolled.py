@@ -73,7 +73,7 @@ def _engine_chain(runner, tokens, features, origin, steps):
             ForwardMode.DRAFT_DECODE,
             input_ids=tokens[origin + depth + 1 : origin + depth + 2],
             positions=runner.long([origin + depth]),
-            rows=[row],
+            table_rows=[row],
             prefix_lens=[origin + 1],
             extend_lens=[1],
             out_cache_loc=scratch[depth - 1 : depth],

@@ -133,7 +133,7 @@ class MateCausalAttention(FastPathAttention):
         for n in lens:
             starts.append(starts[-1] + n)
         return MateCausalMetadata(
-            page_table=page_table(config.req_to_token, batch.req_pool_indices,
+            page_table=page_table(config.req_to_token, batch.table_rows,
                                   max(1, -(-longest // self.page_size)), self.page_size),
             cache_seqlens=(batch.prefix_lens + batch.extend_lens).to(torch.int32),
             cu_seqlens_q=torch.tensor(starts, dtype=torch.int32).to(device, non_blocking=True),

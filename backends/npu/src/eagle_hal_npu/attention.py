@@ -133,7 +133,7 @@ class NpuAttentionBackend(AttentionBackend):
         fused_kv_lens = self._fused_kv_lens(prefix_lens, query_lens, composite)
         max_kv = max(fused_kv_lens, default=1) if kv_capacity is None else kv_capacity
         table = glue.block_table(
-            self.config.req_to_token, batch.req_pool_indices, max_kv, self.block_size
+            self.config.req_to_token, batch.table_rows, max_kv, self.block_size
         )
         metadata = NpuAttentionMetadata(query_lens, max_queries, fused_kv_lens, table, composite)
         device = batch.out_cache_loc.device

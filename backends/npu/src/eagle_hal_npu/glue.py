@@ -68,7 +68,7 @@ def paged_cache_view(buffer: torch.Tensor, block_size: int) -> tuple[torch.Tenso
 
 def block_table(
     req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
+    table_rows: torch.Tensor,
     max_kv_len: int,
     block_size: int,
 ) -> torch.Tensor:
@@ -81,7 +81,7 @@ def block_table(
     ``ceil(kv_len / block_size)`` of them. No device-to-host read.
     """
     num_blocks = max(1, -(-max_kv_len // block_size))
-    return page_table(req_to_token, req_pool_indices, num_blocks, block_size)
+    return page_table(req_to_token, table_rows, num_blocks, block_size)
 
 
 def kv_lengths(prefix_lens: tuple[int, ...], extend_lens: tuple[int, ...]) -> list[int]:

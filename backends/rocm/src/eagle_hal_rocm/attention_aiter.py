@@ -175,7 +175,7 @@ class AiterDecodeAttention(FastPathAttention):
         nbytes = workspace_bytes(batch_size, config.num_heads, max_context_len,
                                  config.head_dim, element_size)
         return AiterDecodeMetadata(
-            block_tables=page_table(config.req_to_token, batch.req_pool_indices, num_pages,
+            block_tables=page_table(config.req_to_token, batch.table_rows, num_pages,
                                     self.page_size),
             context_lens=(batch.prefix_lens + 1).to(torch.int32),
             cu_query_lens=torch.arange(batch_size + 1, dtype=torch.int32, device=device),

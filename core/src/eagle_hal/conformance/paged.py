@@ -218,7 +218,7 @@ class PagedScene:
             input_ids=torch.zeros(tokens, dtype=torch.int64, device=device),
             positions=positions[:tokens].to(device) if mode is not ForwardMode.DRAFT_DECODE
             else torch.zeros(tokens, dtype=torch.int64, device=device),
-            req_pool_indices=torch.tensor(rows, dtype=torch.int64, device=device),
+            table_rows=torch.tensor(rows, dtype=torch.int64, device=device),
             prefix_lens=torch.tensor(prefix_lens, dtype=torch.int64, device=device),
             extend_lens=torch.tensor(extend_lens, dtype=torch.int64, device=device),
             out_cache_loc=torch.tensor(out_cache_loc, dtype=dtype, device=device),

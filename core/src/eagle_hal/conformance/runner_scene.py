@@ -64,7 +64,7 @@ class RunnerScene:
         """``count`` requests with ragged cached lengths (2 .. 12) of random K/V in every layer
         of both models, and ``RESERVE`` positions reserved past them; their rows and lengths."""
         runner, table = self.runner, self.runner.table
-        rows, seq_lens = [], []
+        table_rows, seq_lens = [], []
         for _ in range(count):
             row, seq_len = table.add_request(), int(torch.randint(2, 13, (1,), generator=self.gen))
             table.reserve(row, seq_len + RESERVE)
@@ -77,30 +77,31 @@ class RunnerScene:
                     shape = (seq_len, store.num_kv_heads, store.head_dim)
                     k, v = (torch.randn(shape, generator=self.gen) for _ in range(2))
                     store.write_kv(layer, slots, k.to(runner.device), v.to(runner.device))
-            rows.append(row)
+            table_rows.append(row)
             seq_lens.append(seq_len)
         runner.sync_table()
-        return rows, seq_lens
+        return table_rows, seq_lens
 
-    def release(self, rows: list[int]) -> None:
-        for row in rows:
+    def release(self, table_rows: list[int]) -> None:
+        for row in table_rows:
             self.runner.table.release(row)
-        self.owners = {s: o for s, o in self.owners.items() if o[0] not in rows}
+        self.owners = {s: o for s, o in self.owners.items() if o[0] not in table_rows}
 
     # -- the captured forwards, as the worker builds them ------------------------------------
 
-    def batches(self, mode: ForwardMode, rows: list[int],
+    def batches(self, mode: ForwardMode, table_rows: list[int],
                 seq_lens: list[int]) -> Iterator[tuple[ForwardBatch, torch.Tensor | None]]:
         """The forwards of ``mode`` for these requests and their draft input features
         (``None`` for the target): one, or one per draft depth for DRAFT_DECODE."""
         if mode is ForwardMode.TARGET_VERIFY:
-            yield self._verify_batch(rows, seq_lens), None
+            yield self._verify_batch(table_rows, seq_lens), None
         elif mode is ForwardMode.DRAFT_DECODE:
             for depth_index in range(DRAFT_STEPS - 1):
-                yield self._draft_decode_batch(rows, seq_lens, depth_index)
+                yield self._draft_decode_batch(table_rows, seq_lens, depth_index)
         elif mode is ForwardMode.DRAFT_EXTEND:
-            ids = torch.randint(self.vocab, (len(rows) * EXTEND,), generator=self.gen).tolist()
-            batch = self.runner.causal_batch(mode, ids, rows, seq_lens, [EXTEND] * len(rows))
+            size = len(table_rows)
+            ids = torch.randint(self.vocab, (size * EXTEND,), generator=self.gen).tolist()
+            batch = self.runner.causal_batch(mode, ids, table_rows, seq_lens, [EXTEND] * size)
             yield batch, self._features(batch.num_tokens)
         else:
             raise ValueError(f"{mode.value} is not one of the checked captured forwards")
@@ -108,8 +109,8 @@ class RunnerScene:
     def _features(self, tokens: int) -> torch.Tensor:
         return torch.randn(tokens, self.hidden_size, generator=self.gen).to(self.runner.device)
 
-    def _verify_batch(self, rows: list[int], seq_lens: list[int]) -> ForwardBatch:
-        runner, size = self.runner, len(rows)
+    def _verify_batch(self, table_rows: list[int], seq_lens: list[int]) -> ForwardBatch:
+        runner, size = self.runner, len(table_rows)
         parents = random_parents(self.gen, size, NODES)  # [B, N]
         depth = torch.zeros(size, NODES, dtype=torch.int64)
         for node in range(1, NODES):
@@ -119,18 +120,18 @@ class RunnerScene:
         mask = encode_tree_mask(parents, seq_lens, runner.tree_mask_mode)
         return runner.make_batch(
             ForwardMode.TARGET_VERIFY, input_ids=tokens.to(runner.device),
-            positions=positions.to(runner.device), rows=rows, prefix_lens=seq_lens,
+            positions=positions.to(runner.device), table_rows=table_rows, prefix_lens=seq_lens,
             extend_lens=[NODES] * size,
-            out_cache_loc=runner.long(runner.host_slots(rows, seq_lens, NODES)),
+            out_cache_loc=runner.long(runner.host_slots(table_rows, seq_lens, NODES)),
             tree_mask=mask.to(runner.device),
         )
 
-    def _draft_decode_batch(self, rows: list[int], seq_lens: list[int],
+    def _draft_decode_batch(self, table_rows: list[int], seq_lens: list[int],
                             depth_index: int) -> tuple[ForwardBatch, torch.Tensor]:
         """Depth ``depth_index + 1``: each branch sees a random ancestor branch at every
         earlier depth, then itself (scratch layout of ``speculative.drafting``)."""
-        runner, size, k = self.runner, len(rows), BRANCHES
-        scratch = torch.tensor(runner.host_slots(rows, seq_lens, DRAFT_STEPS * k))
+        runner, size, k = self.runner, len(table_rows), BRANCHES
+        scratch = torch.tensor(runner.host_slots(table_rows, seq_lens, DRAFT_STEPS * k))
         scratch = scratch.view(size, DRAFT_STEPS, k)  # [B, S, K] slots by depth and branch
         own = scratch[:, depth_index, :]  # [B, K]
         pick = torch.randint(k, (size, k, depth_index), generator=self.gen)  # ancestor branches
@@ -141,43 +142,47 @@ class RunnerScene:
         batch = runner.make_batch(
             ForwardMode.DRAFT_DECODE,
             input_ids=torch.randint(self.vocab, (size * k,), generator=self.gen).to(runner.device),
-            positions=runner.long(positions), rows=rows, prefix_lens=seq_lens,
+            positions=runner.long(positions), table_rows=table_rows, prefix_lens=seq_lens,
             extend_lens=[k] * size, out_cache_loc=own.reshape(-1).to(runner.device),
             draft_kv_slots=kv_slots.to(runner.device, runner.slot_dtype), num_branches=k,
         )
         return batch, self._features(size * k)
 
-    def chain_inputs(self, rows: list[int], seq_lens: list[int]) -> DraftInputs:
+    def chain_inputs(self, table_rows: list[int], seq_lens: list[int]) -> DraftInputs:
         """A chain draft's inputs (top-1, up to ``RESERVE`` steps) as ``speculative.worker`` uploads
         them: the reserved positions as scratch, random roots, first draft tokens and draft
         hidden states."""
-        runner, size = self.runner, len(rows)
+        runner, size = self.runner, len(table_rows)
         steps = RESERVE
         positions = [s + d for d in range(steps - 1) for s in seq_lens]  # [S - 1, B]
-        rows_t, seq_t, slots, branches, positions_t = runner.upload(
-            rows, seq_lens, runner.host_slots(rows, seq_lens, RESERVE), [1] * size, positions
+        table_rows_device, seq_lens_device, slots, branches, positions_device = runner.upload(
+            table_rows, seq_lens, runner.host_slots(table_rows, seq_lens, RESERVE), [1] * size,
+            positions,
         )
         roots, first = torch.randint(self.vocab, (2, size), generator=self.gen).to(runner.device)
         state = DraftState(torch.ones(size, 1, device=runner.device), first.view(size, 1),
                            self._features(size))
-        return DraftInputs(rows, seq_lens, rows_t, seq_t, branches, slots.view(size, RESERVE),
-                           positions_t.view(steps - 1, size), roots, state)
+        return DraftInputs(table_rows, seq_lens, table_rows_device, seq_lens_device, branches,
+                           slots.view(size, RESERVE), positions_device.view(steps - 1, size),
+                           roots, state)
 
-    def tree_inputs(self, rows: list[int], seq_lens: list[int]) -> DraftInputs:
+    def tree_inputs(self, table_rows: list[int], seq_lens: list[int]) -> DraftInputs:
         """A tree draft's inputs (top-``BRANCHES``, ``DRAFT_STEPS`` levels) as
         ``speculative.worker`` uploads them: the reserved positions as scratch, random roots, the
         root's children (random tokens, distinct random probabilities) and hidden states."""
-        runner, size, topk = self.runner, len(rows), BRANCHES
+        runner, size, topk = self.runner, len(table_rows), BRANCHES
         positions = [s + d for d in range(DRAFT_STEPS - 1) for s in seq_lens for _ in range(topk)]
-        rows_t, seq_t, slots, branches, positions_t = runner.upload(
-            rows, seq_lens, runner.host_slots(rows, seq_lens, RESERVE), [topk] * size, positions
+        table_rows_device, seq_lens_device, slots, branches, positions_device = runner.upload(
+            table_rows, seq_lens, runner.host_slots(table_rows, seq_lens, RESERVE), [topk] * size,
+            positions,
         )
         roots = torch.randint(self.vocab, (size,), generator=self.gen).to(runner.device)
         ids = torch.randint(self.vocab, (size, topk), generator=self.gen).to(runner.device)
         probs = torch.softmax(torch.randn(size, topk, generator=self.gen), dim=-1)
         state = DraftState(probs.to(runner.device), ids, self._features(size))
-        return DraftInputs(rows, seq_lens, rows_t, seq_t, branches, slots.view(size, RESERVE),
-                           positions_t.view(DRAFT_STEPS - 1, size * topk), roots, state)
+        return DraftInputs(table_rows, seq_lens, table_rows_device, seq_lens_device, branches,
+                           slots.view(size, RESERVE),
+                           positions_device.view(DRAFT_STEPS - 1, size * topk), roots, state)
 
     def scramble_draft_kv(self, slots: torch.Tensor) -> None:
         """Random K/V at ``slots`` of every layer of the draft store: what a forward should

@@ -166,14 +166,14 @@ class ModelRunner:
         padded = flat.split([n + n % 2 for n in spans])
         return [view[:n] for view, n in zip(padded, spans, strict=False)]
 
-    def slots_at(self, rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """Slots of logical ``positions`` (any shape) of table ``rows`` (broadcastable)."""
-        return self.device_table.tensor[rows, positions]
+    def slots_at(self, table_rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Slots of logical ``positions`` (any shape) of table ``table_rows`` (broadcastable)."""
+        return self.device_table.tensor[table_rows, positions]
 
-    def host_slots(self, rows: Sequence[int], starts: Sequence[int], count: int) -> list[int]:
+    def host_slots(self, table_rows: Sequence[int], starts: Sequence[int], count: int) -> list[int]:
         """Slots of positions ``start .. start + count`` of each row, flat, from the integer
         table (no device work)."""
-        return [s for row, start in zip(rows, starts, strict=False)
+        return [s for row, start in zip(table_rows, starts, strict=False)
                 for s in self.table.slots(row, start, start + count)]
 
     def sync_table(self) -> None:
@@ -183,8 +183,8 @@ class ModelRunner:
         """``upload(*lists)`` that also brings the device table up to date (``sync_table``)
         in the same host-to-device copy."""
         writes = self.device_table.pending_writes()
-        *tensors, rows, positions, slots = self.upload(*lists, *writes)
-        self.device_table.write(rows, positions, slots)
+        *tensors, table_rows, positions, slots = self.upload(*lists, *writes)
+        self.device_table.write(table_rows, positions, slots)
         return tensors
 
     def make_batch(
@@ -193,7 +193,7 @@ class ModelRunner:
         *,
         input_ids: torch.Tensor,
         positions: torch.Tensor,
-        rows: Sequence[int],
+        table_rows: Sequence[int],
         prefix_lens: Sequence[int],
         extend_lens: Sequence[int],
         out_cache_loc: torch.Tensor,
@@ -202,18 +202,18 @@ class ModelRunner:
         num_branches: int = 1,
         device_lens: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> ForwardBatch:
-        """A forward batch. ``device_lens``: ``rows``, ``prefix_lens`` and ``extend_lens``
+        """A forward batch. ``device_lens``: ``table_rows``, ``prefix_lens`` and ``extend_lens``
         already on the device (int64 ``[B]`` each); otherwise they are uploaded in one copy."""
         if device_lens is None:
-            device_lens = tuple(self.upload(rows, prefix_lens, extend_lens))  # type: ignore[assignment]
-        rows_t, prefix_t, extend_t = device_lens
+            device_lens = tuple(self.upload(table_rows, prefix_lens, extend_lens))  # type: ignore[assignment]
+        table_rows_device, prefix_lens_device, extend_lens_device = device_lens
         return ForwardBatch(
             mode=mode,
             input_ids=input_ids.reshape(-1),
             positions=positions.reshape(-1),
-            req_pool_indices=rows_t,
-            prefix_lens=prefix_t,
-            extend_lens=extend_t,
+            table_rows=table_rows_device,
+            prefix_lens=prefix_lens_device,
+            extend_lens=extend_lens_device,
             out_cache_loc=out_cache_loc.reshape(-1).to(self.slot_dtype),
             prefix_lens_cpu=tuple(prefix_lens),
             extend_lens_cpu=tuple(extend_lens),
@@ -226,7 +226,7 @@ class ModelRunner:
         self,
         mode: ForwardMode,
         input_ids: torch.Tensor | Sequence[int],
-        rows: Sequence[int],
+        table_rows: Sequence[int],
         prefix_lens: Sequence[int],
         extend_lens: Sequence[int],
     ) -> ForwardBatch:
@@ -236,22 +236,23 @@ class ModelRunner:
         positions = [p + i for p, n in zip(prefix_lens, extend_lens, strict=False)
                      for i in range(n)]
         slots = [
-            s for r, p, n in zip(rows, prefix_lens, extend_lens, strict=False)
+            s for r, p, n in zip(table_rows, prefix_lens, extend_lens, strict=False)
             for s in self.table.slots(r, p, p + n)
         ]
         host_ids = [] if isinstance(input_ids, torch.Tensor) else list(input_ids)
-        ids_t, positions_t, slots_t, rows_t, prefix_t, extend_t = self.upload(
-            host_ids, positions, slots, rows, prefix_lens, extend_lens
+        (ids_device, positions_device, slots_device, table_rows_device, prefix_lens_device,
+         extend_lens_device) = self.upload(
+            host_ids, positions, slots, table_rows, prefix_lens, extend_lens
         )
         return self.make_batch(
             mode,
-            input_ids=input_ids if isinstance(input_ids, torch.Tensor) else ids_t,
-            positions=positions_t,
-            rows=rows,
+            input_ids=input_ids if isinstance(input_ids, torch.Tensor) else ids_device,
+            positions=positions_device,
+            table_rows=table_rows,
             prefix_lens=prefix_lens,
             extend_lens=extend_lens,
-            out_cache_loc=slots_t,
-            device_lens=(rows_t, prefix_t, extend_t),
+            out_cache_loc=slots_device,
+            device_lens=(table_rows_device, prefix_lens_device, extend_lens_device),
         )
 
     # -- model passes ----------------------------------------------------------------------

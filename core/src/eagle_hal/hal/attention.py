@@ -45,7 +45,7 @@ replays once. Such a backend guarantees:
 * forwards do not disturb each other's metadata: no tensor that ``plan_for_replay`` writes
   is shared by the metadata of two ``plan_for_capture`` calls (read-only tensors, such as
   index runs that depend on the batch shape alone, may be shared);
-* the hooks read a batch's index tensors (``req_pool_indices``, ``prefix_lens``,
+* the hooks read a batch's index tensors (``table_rows``, ``prefix_lens``,
   ``extend_lens``, ``out_cache_loc``, ``draft_kv_slots``, ``tree_mask``, which may be
   strided views of one shared static buffer) and its host lengths, never the values of
   ``input_ids`` or ``positions``: inside the graph those come from the forward before (its
@@ -145,7 +145,7 @@ class ForwardBatch:
     mode: ForwardMode
     input_ids: torch.Tensor  # [T]
     positions: torch.Tensor  # [T] rotary positions
-    req_pool_indices: torch.Tensor  # [B] rows of the req_to_token table
+    table_rows: torch.Tensor  # [B] rows of the req_to_token table
     prefix_lens: torch.Tensor  # [B] cached tokens every query of the request sees
     extend_lens: torch.Tensor  # [B] query tokens per request; T = sum(extend_lens)
     out_cache_loc: torch.Tensor  # [T] slots where this forward's K/V are written

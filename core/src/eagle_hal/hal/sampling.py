@@ -363,11 +363,11 @@ class SamplingOps(abc.ABC):
     def assign_verify_slots(
         self,
         req_to_token: torch.Tensor,
-        req_pool_indices: torch.Tensor,
+        table_rows: torch.Tensor,
         seq_lens: torch.Tensor,
         out_cache_loc: torch.Tensor,
     ) -> None:
-        """Effect: ``req_to_token[req_pool_indices[b], seq_lens[b] + i] = out_cache_loc[b*N+i]``
+        """Effect: ``req_to_token[table_rows[b], seq_lens[b] + i] = out_cache_loc[b*N+i]``
         for the N verify slots of each request (``out_cache_loc [B * N]``)."""
 
     @abc.abstractmethod

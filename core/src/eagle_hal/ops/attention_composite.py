@@ -92,7 +92,7 @@ def paged_prefix_attention(
     v_buffer: torch.Tensor,
     *,
     req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
+    table_rows: torch.Tensor,
     prefix_lens: torch.Tensor,
     max_prefix_len: int,
     scaling: float,
@@ -101,14 +101,14 @@ def paged_prefix_attention(
     """Every query of request ``b`` over the slots ``req_to_token[row_b, 0:prefix_lens[b]]``.
 
     ``q`` ``[B, Q, H, D]``; ``k_buffer``/``v_buffer`` one layer's storage in ``kv_order``;
-    ``req_pool_indices`` and ``prefix_lens`` ``[B]`` on the device; ``max_prefix_len`` a host
+    ``table_rows`` and ``prefix_lens`` ``[B]`` on the device; ``max_prefix_len`` a host
     bound on ``prefix_lens`` (no device-to-host read). Returns ``(out [B, Q, H, D], lse
     [B, Q, H])`` in float32; a request with an empty prefix gets 0 and ``-inf``.
     """
     device = q.device
     cols = torch.arange(max_prefix_len, device=device)  # [P]
     valid = cols[None, :] < prefix_lens.to(torch.int64)[:, None]  # [B, P]
-    rows = req_pool_indices.to(torch.int64)[:, None]
+    rows = table_rows.to(torch.int64)[:, None]
     slots = req_to_token[rows, cols[None, :]].to(torch.int64)
     slots = torch.where(valid, slots, torch.zeros_like(slots))  # [B, P], padding -> slot 0
     keys = gather_kv_slots(k_buffer, slots, kv_order)  # [B, P, H_kv, D]
@@ -250,7 +250,7 @@ class CompositeTreeAttentionBackend(AttentionBackend):
             store.k_buffer(layer),
             store.v_buffer(layer),
             req_to_token=self.config.req_to_token,
-            req_pool_indices=batch.req_pool_indices,
+            table_rows=batch.table_rows,
             prefix_lens=batch.prefix_lens,
             max_prefix_len=metadata.max_prefix_len,
             scaling=self.config.scaling,

@@ -198,7 +198,7 @@ class TorchAttentionBackend(AttentionBackend):
         prefix_lens_dev = batch.prefix_lens.to(torch.int64)
         prefix_valid = prefix_cols[None, :] < prefix_lens_dev[:, None]  # [B, max_prefix]
         pad_slot = batch.out_cache_loc[:1].to(torch.int64)  # [1] a slot this layer writes
-        rows = batch.req_pool_indices.to(torch.int64)[:, None]
+        rows = batch.table_rows.to(torch.int64)[:, None]
         prefix_slots = self.config.req_to_token[rows, prefix_cols[None, :]].to(torch.int64)
         prefix_slots = torch.where(prefix_valid, prefix_slots, pad_slot)  # [B, max_prefix]
 

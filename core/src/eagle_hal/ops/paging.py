@@ -20,13 +20,13 @@ __all__ = ["page_table", "paged_view"]
 
 def page_table(
     req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
+    table_rows: torch.Tensor,
     num_pages: int,
     page_size: int,
 ) -> torch.Tensor:
     """Each request's first ``num_pages`` pages in logical order: int32 ``[B, num_pages]``.
 
-    ``req_to_token`` ``[max_requests, max_context]`` slots; ``req_pool_indices`` ``[B]`` its
+    ``req_to_token`` ``[max_requests, max_context]`` slots; ``table_rows`` ``[B]`` its
     rows. Entries past a request's own length hold whatever the table holds there (a stale
     or padding page), never an out-of-range one: a kernel that reads only
     ``ceil(kv_len / page_size)`` of them never sees the difference.
@@ -35,7 +35,7 @@ def page_table(
         raise ValueError(f"num_pages and page_size must be >= 1, got {num_pages}, {page_size}")
     first_positions = torch.arange(num_pages, device=req_to_token.device) * page_size
     first_positions = first_positions.clamp(max=req_to_token.shape[1] - 1)
-    rows = req_pool_indices.to(torch.int64)[:, None]
+    rows = table_rows.to(torch.int64)[:, None]
     first_slots = req_to_token[rows, first_positions[None, :]].to(torch.int64)  # [B, pages]
     return (first_slots // page_size).to(torch.int32).contiguous()
 

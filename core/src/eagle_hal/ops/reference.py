@@ -142,11 +142,11 @@ class ReferenceSamplingOps(SamplingOps):
     def assign_verify_slots(
         self,
         req_to_token: torch.Tensor,
-        req_pool_indices: torch.Tensor,
+        table_rows: torch.Tensor,
         seq_lens: torch.Tensor,
         out_cache_loc: torch.Tensor,
     ) -> None:
-        _bookkeeping.assign_verify_slots(req_to_token, req_pool_indices, seq_lens, out_cache_loc)
+        _bookkeeping.assign_verify_slots(req_to_token, table_rows, seq_lens, out_cache_loc)
 
     def draft_kv_slots(
         self, scratch_slots: torch.Tensor, parent_branches: Sequence[torch.Tensor], step: int

@@ -66,12 +66,12 @@ def compact_accepted(
 
 def assign_verify_slots(
     req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
+    table_rows: torch.Tensor,
     seq_lens: torch.Tensor,
     out_cache_loc: torch.Tensor,
 ) -> None:
     check_dims("req_to_token", req_to_token, 2)
-    batch_size = req_pool_indices.shape[0]
+    batch_size = table_rows.shape[0]
     check_rows("seq_lens", seq_lens, batch_size)
     if batch_size == 0:
         return
@@ -80,7 +80,7 @@ def assign_verify_slots(
             f"out_cache_loc must be [B * N] for B = {batch_size}, got {tuple(out_cache_loc.shape)}"
         )
     num_nodes = out_cache_loc.shape[0] // batch_size
-    rows = req_pool_indices.long().unsqueeze(1).expand(-1, num_nodes)
+    rows = table_rows.long().unsqueeze(1).expand(-1, num_nodes)
     columns = seq_lens.long().unsqueeze(1) + torch.arange(num_nodes, device=seq_lens.device)
     req_to_token[rows, columns] = out_cache_loc.view(batch_size, num_nodes).to(req_to_token.dtype)
 

@@ -72,12 +72,12 @@ class DraftTracker:
         (prompts, catch-ups), which replay from a token bucket's graph, never one of their
         own length (``ModelRunner.run_draft``)."""
         runner = self.runner
-        rows = [table_row(r) for r in requests]
-        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, rows, prefix_lens,
+        table_rows = [table_row(r) for r in requests]
+        batch = runner.causal_batch(ForwardMode.DRAFT_EXTEND, input_ids, table_rows, prefix_lens,
                                     extend_lens)
         hidden_out = runner.run_draft(batch, features.to(runner.dtype), prefill=prefill)  # [T, H]
         if all(n == extend_lens[0] for n in extend_lens):
-            last_hidden = hidden_out.view(len(rows), extend_lens[0], -1)[:, -1]  # [B, H]
+            last_hidden = hidden_out.view(len(table_rows), extend_lens[0], -1)[:, -1]  # [B, H]
         else:
             last_hidden = hidden_out[torch.cumsum(batch.extend_lens, 0) - 1]
         probs, ids = runner.draft.topk(last_hidden, self.topk)  # [B, K]

@@ -87,11 +87,11 @@ class DraftStates:
 class DraftInputs(NamedTuple):
     """One decode iteration's batch as the draft loop needs it, uploaded once."""
 
-    rows: Sequence[int]
+    table_rows: Sequence[int]
     seq_lens: Sequence[int]
-    rows_t: torch.Tensor  # [B] int64 table rows
-    seq_t: torch.Tensor  # [B] int64 cached lengths (the roots' positions)
-    branches_t: torch.Tensor  # [B] int64 K: the extend length of every draft step
+    table_rows_device: torch.Tensor  # [B] int64 table rows
+    seq_lens_device: torch.Tensor  # [B] int64 cached lengths (the roots' positions)
+    branches_device: torch.Tensor  # [B] int64 K: the extend length of every draft step
     scratch: torch.Tensor  # [B, >= S * K] slots of positions seq_len, seq_len + 1, ...
     positions: torch.Tensor  # [S, B * K] int64 draft position of step d's tokens
     roots: torch.Tensor  # [B] int64 root tokens
@@ -113,9 +113,9 @@ def draft_tree(
         return graphs.replay_draft_loop(
             shape, inputs, functools.partial(_tree_loop, runner.draft, ops)
         )
-    batch, topk, steps = len(inputs.rows), shape.topk, shape.num_steps
+    batch, topk, steps = len(inputs.table_rows), shape.topk, shape.num_steps
     scratch = inputs.scratch[:, : steps * topk].view(batch, steps, topk)
-    device_lens = (inputs.rows_t, inputs.seq_t, inputs.branches_t)
+    device_lens = (inputs.table_rows_device, inputs.seq_lens_device, inputs.branches_device)
 
     def run_level(depth_index: int, tokens: torch.Tensor, frontier: torch.Tensor,
                   kv_slots: torch.Tensor) -> torch.Tensor:
@@ -123,7 +123,7 @@ def draft_tree(
             ForwardMode.DRAFT_DECODE,
             input_ids=tokens,
             positions=inputs.positions[depth_index],
-            rows=inputs.rows,
+            table_rows=inputs.table_rows,
             prefix_lens=inputs.seq_lens,
             extend_lens=[topk] * batch,
             out_cache_loc=scratch[:, depth_index, :],
@@ -139,7 +139,7 @@ def draft_tree(
                               batch_index, run_level)
     tree = ops.organize_draft_tree(tree_steps, shape.num_draft_tokens)
     return ops.build_verify_tree(
-        inputs.roots, tree.tokens, tree.parents, inputs.seq_t, runner.tree_mask_mode,
+        inputs.roots, tree.tokens, tree.parents, inputs.seq_lens_device, runner.tree_mask_mode,
         seq_lens_sum=sum(inputs.seq_lens),
     )
 
@@ -192,7 +192,7 @@ def _tree_loop(draft: Any, ops: SamplingOps, loop: DraftLoop) -> VerifyTree:
     constants = loop.constants
     batch_index = constants.get("batch_index")
     if batch_index is None:  # built at the warm-up, outside the graph
-        batch_index = torch.arange(loop.rows.shape[0], device=loop.rows.device)[:, None]
+        batch_index = torch.arange(loop.table_rows.shape[0], device=loop.table_rows.device)[:, None]
         constants["batch_index"] = batch_index
 
     def run_level(depth_index: int, tokens: torch.Tensor, frontier: torch.Tensor,
@@ -229,17 +229,17 @@ def draft_chain(
             return graphs.replay_draft_loop(
                 shape, inputs, functools.partial(_chain_loop, runner.draft)
             )
-    batch = len(inputs.rows)
+    batch = len(inputs.table_rows)
     tokens = [inputs.state.topk_ids[:, 0]]  # S x [B]
     hidden = inputs.state.hidden  # [B, H]
     scratch = inputs.scratch[:, :steps]  # [B, S]
-    device_lens = (inputs.rows_t, inputs.seq_t, inputs.branches_t)
+    device_lens = (inputs.table_rows_device, inputs.seq_lens_device, inputs.branches_device)
     for depth_index in range(steps - 1):
         forward = runner.make_batch(
             ForwardMode.DRAFT_DECODE,
             input_ids=tokens[-1],
             positions=inputs.positions[depth_index],
-            rows=inputs.rows,
+            table_rows=inputs.table_rows,
             prefix_lens=inputs.seq_lens,
             extend_lens=[1] * batch,
             out_cache_loc=scratch[:, depth_index],
@@ -251,7 +251,7 @@ def draft_chain(
         _, ids = runner.draft.topk(hidden, 1)  # [B, 1]
         tokens.append(ids[:, 0])
     chain = torch.stack(tokens, dim=1)  # [B, S]
-    return chain_tree(ops, inputs.roots, chain, inputs.seq_t, runner.tree_mask_mode,
+    return chain_tree(ops, inputs.roots, chain, inputs.seq_lens_device, runner.tree_mask_mode,
                       sum(inputs.seq_lens))
 
 

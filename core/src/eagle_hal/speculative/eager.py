@@ -67,21 +67,22 @@ class EagerIteration:
         # reserved block's slots (verify nodes and draft scratch share it), the draft
         # steps' positions and the device table's new entries
         with timer.phase("draft_extend"):
-            rows = [table_row(r) for r in requests]
+            table_rows = [table_row(r) for r in requests]
             seq_lens = [r.cached_len for r in requests]
-            for row, seq_len in zip(rows, seq_lens, strict=True):
+            for row, seq_len in zip(table_rows, seq_lens, strict=True):
                 runner.table.reserve(row, seq_len + reserve)
-            host_slots = runner.host_slots(rows, seq_lens, reserve)  # [B * reserve]
+            host_slots = runner.host_slots(table_rows, seq_lens, reserve)  # [B * reserve]
             draft_positions = [
                 s + d for d in range(max(steps - 1, 0)) for s in seq_lens for _ in range(topk)
             ]  # [S - 1, B * K] step-major
-            rows_t, seq_t, roots, slots_t, branches_t, nodes_t, positions_t = (
+            (table_rows_device, seq_lens_device, roots, slots_device, branches_device,
+             nodes_device, positions_device) = (
                 runner.upload_with_table(
-                    rows, seq_lens, [r.output_ids[-1] for r in requests], host_slots,
+                    table_rows, seq_lens, [r.output_ids[-1] for r in requests], host_slots,
                     [topk] * size, [num_nodes] * size, draft_positions,
                 )
             )
-            slots = slots_t.view(size, reserve)
+            slots = slots_device.view(size, reserve)
         with timer.phase("catch_up"):
             caught_up = steps > 0 and draft.catch_up(requests)
             catch_up = 0.0
@@ -94,23 +95,25 @@ class EagerIteration:
         with timer.phase("draft"):
             if steps > 0:
                 inputs = DraftInputs(
-                    rows, seq_lens, rows_t, seq_t, branches_t, slots,
-                    positions_t.view(max(steps - 1, 0), size * topk), roots,
+                    table_rows, seq_lens, table_rows_device, seq_lens_device, branches_device,
+                    slots,
+                    positions_device.view(max(steps - 1, 0), size * topk), roots,
                     draft.states_of(requests),
                 )
                 tree = draft_tree(runner, ops, TreeShape(steps, spec.topk, num_nodes), inputs)
             else:
-                tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, context.one_node)
+                tree = single_node_tree(roots, seq_lens_device, runner.tree_mask_mode,
+                                        context.one_node)
 
         # 3. verify
         with timer.phase("verify"):
             verify_slots = slots[:, :num_nodes]  # [B, N] node i's slot: position seq_len + i
             mode = ForwardMode.TARGET_VERIFY if num_nodes > 1 else ForwardMode.DECODE
             forward = runner.make_batch(
-                mode, input_ids=tree.tokens, positions=tree.positions, rows=rows,
+                mode, input_ids=tree.tokens, positions=tree.positions, table_rows=table_rows,
                 prefix_lens=seq_lens, extend_lens=[num_nodes] * size,
                 out_cache_loc=verify_slots, tree_mask=tree.tree_mask if num_nodes > 1 else None,
-                device_lens=(rows_t, seq_t, nodes_t),
+                device_lens=(table_rows_device, seq_lens_device, nodes_device),
             )
             out = runner.run_target(forward, context.aux_layers)
             logits = runner.target.compute_logits(out.hidden_states).view(size, num_nodes, -1)
@@ -122,7 +125,7 @@ class EagerIteration:
             result = accept_tree(
                 ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
                 tree.retrieve_next_sibling, steps, context.sampling.of(requests),
-                seq_t if greedy else 2 * seq_t,
+                seq_lens_device if greedy else 2 * seq_lens_device,
             )
             width = result.accepted_nodes.shape[1]
             readback = torch.cat(
@@ -148,7 +151,7 @@ class EagerIteration:
             for request, seq_len, n in zip(requests, seq_lens, accept_lens, strict=True):
                 request.cached_len = seq_len + n  # the root and n - 1 accepted drafts
             # in reverse, so that the next iteration's reserves get the same slots back
-            for request, row in reversed(list(zip(requests, rows, strict=True))):
+            for request, row in reversed(list(zip(requests, table_rows, strict=True))):
                 runner.table.truncate(row, request.cached_len)
 
         # 5. draft extend over the emitted tokens, fed the accepted nodes' target

@@ -135,18 +135,19 @@ class OverlappedPlain:
         context = self.context
         runner, ops, requests, size = context.runner, context.ops, batch.requests, batch.size
         previous = self.in_flight
-        rows = [table_row(r) for r in requests]
+        table_rows = [table_row(r) for r in requests]
         seq_lens = [r.cached_len for r in requests]
-        for row, seq_len in zip(rows, seq_lens, strict=True):
+        for row, seq_len in zip(table_rows, seq_lens, strict=True):
             runner.table.reserve(row, seq_len + 1)
         sources = previous.source_of(requests) if previous is not None else [None] * size
         carried = [s is not None for s in sources]
         # a request's root is the previous iteration's token when it has one there, else
         # the host's last token (just prefilled, or its in-flight token was dropped)
         host_roots = [0 if c else r.output_ids[-1] for r, c in zip(requests, carried, strict=True)]
-        rows_t, seq_t, roots_t, slots_t, nodes_t, rows_in_previous, carried_t = (
+        (table_rows_device, seq_lens_device, roots_device, slots_device, nodes_device,
+         rows_in_previous, carried_device) = (
             runner.upload_with_table(
-                rows, seq_lens, host_roots, runner.host_slots(rows, seq_lens, 1),
+                table_rows, seq_lens, host_roots, runner.host_slots(table_rows, seq_lens, 1),
                 [1] * size, [s if s is not None else 0 for s in sources],
                 [int(c) for c in carried],
             )
@@ -157,14 +158,16 @@ class OverlappedPlain:
         if previous is not None and sources == list(range(len(previous.requests))):
             roots = previous.tokens  # the same batch in the same order: the usual case
         elif previous is not None and any(carried):
-            roots = torch.where(carried_t.bool(), previous.tokens[rows_in_previous], roots_t)
+            roots = torch.where(carried_device.bool(), previous.tokens[rows_in_previous],
+                                roots_device)
         else:
-            roots = roots_t
-        tree = single_node_tree(roots, seq_t, runner.tree_mask_mode, context.one_node)
+            roots = roots_device
+        tree = single_node_tree(roots, seq_lens_device, runner.tree_mask_mode, context.one_node)
         forward = runner.make_batch(
-            ForwardMode.DECODE, input_ids=tree.tokens, positions=tree.positions, rows=rows,
-            prefix_lens=seq_lens, extend_lens=[1] * size, out_cache_loc=slots_t,
-            device_lens=(rows_t, seq_t, nodes_t),
+            ForwardMode.DECODE, input_ids=tree.tokens, positions=tree.positions,
+            table_rows=table_rows,
+            prefix_lens=seq_lens, extend_lens=[1] * size, out_cache_loc=slots_device,
+            device_lens=(table_rows_device, seq_lens_device, nodes_device),
         )
         out = runner.run_target(forward, context.aux_layers)
         logits = runner.target.compute_logits(out.hidden_states).view(size, 1, -1)
@@ -173,7 +176,7 @@ class OverlappedPlain:
         else:
             result = accept_tree(
                 ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
-                tree.retrieve_next_sibling, 0, sampling, 2 * seq_t,
+                tree.retrieve_next_sibling, 0, sampling, 2 * seq_lens_device,
             )
             tokens = result.bonus_tokens.long().view(size)
         on_device = runner.asynchronous
@@ -210,15 +213,15 @@ class OverlappedPlain:
         assert previous.features is not None and previous.draft_lens is not None
         taken = [(r.request_id, s) for r, s in zip(requests, sources, strict=True)
                  if s is not None]
-        rows = [s for _, s in taken]
+        kept = [s for _, s in taken]
         features = previous.features
-        if rows != list(range(features.shape[0])):
-            index = torch.tensor(rows, dtype=torch.int64)
+        if kept != list(range(features.shape[0])):
+            index = torch.tensor(kept, dtype=torch.int64)
             if self.context.runner.asynchronous:  # pinned: a pageable copy waits for the device
                 index = index.pin_memory()
             index = index.to(features.device, non_blocking=True)
             features = features.index_select(0, index)  # [B', H]
         self.context.draft.pending.add(
-            [rid for rid, _ in taken], [previous.draft_lens[s] for s in rows],
-            [values[s] for s in rows], features,
+            [rid for rid, _ in taken], [previous.draft_lens[s] for s in kept],
+            [values[s] for s in kept], features,
         )

@@ -85,7 +85,7 @@ from eagle_hal.speculative.draft_tracker import table_row
 from eagle_hal.speculative.drafting import DraftInputs, DraftState, draft_tree
 from eagle_hal.speculative.eager import EagerIteration
 from eagle_hal.speculative.iteration import DecodeBatch, IterationContext, Outputs
-from eagle_hal.speculative.overlap_rows import JOINED, fits, start_inputs
+from eagle_hal.speculative.overlap_rows import JOINED, DeviceRows, fits, start_inputs
 from eagle_hal.speculative.overlap_rows import reserve as reserve_rows
 
 __all__ = ["OverlappedSpeculative", "SpecInFlight"]
@@ -126,19 +126,19 @@ class SpecInFlight:
         if spec != self.spec:
             return None
         where = {id(r): row for row, r in enumerate(self.requests)}
-        rows: list[int] = []
+        rows_in_flight: list[int] = []
         for request in requests:
             row = where.pop(id(request), JOINED)
             if request.table_row is None or request.finished or (
                 row != JOINED and request.cached_len != self.expected[row]
             ):
                 return None
-            rows.append(row)
-        if all(row == JOINED for row in rows) or any(
+            rows_in_flight.append(row)
+        if all(row == JOINED for row in rows_in_flight) or any(
             not self.requests[row].finished for row in where.values()
         ):
             return None
-        return rows
+        return rows_in_flight
 
     def read(self) -> list[list[int]]:
         """The packed results, waiting for the iteration to finish."""
@@ -245,7 +245,7 @@ class OverlappedSpeculative:
         num_nodes, topk = spec.draft_tokens, spec.topk
         width = steps + 1  # the longest accepted path: the root and S drafts
         reserve = max(num_nodes, steps * topk, width)
-        rows = [table_row(r) for r in requests]
+        table_rows = [table_row(r) for r in requests]
         joined = [not carried or rows_in_flight[i] == JOINED for i in range(len(requests))]
         # the most each request can have advanced on the device: the iteration in flight
         # may accept up to S drafts and its bonus
@@ -254,8 +254,8 @@ class OverlappedSpeculative:
         # calls would alternate between launching a chain and dropping it (carried, the
         # bounds already are those lengths)
         needed = [b + (width if j else 0) + reserve for b, j in zip(bounds, joined, strict=True)]
-        if not fits(runner.table, rows, needed) or not reserve_rows(
-            runner.table, rows, [b + reserve for b in bounds]
+        if not fits(runner.table, table_rows, needed) or not reserve_rows(
+            runner.table, table_rows, [b + reserve for b in bounds]
         ):
             self.discard()
             return self.eager.decode(batch)
@@ -264,9 +264,9 @@ class OverlappedSpeculative:
         sampling = context.sampling.of(requests)  # built before the launch: it copies
         device, state = start_inputs(
             runner, context.draft, flight, requests, rows_in_flight,
-            (rows, num_nodes, topk, width),
+            (table_rows, num_nodes, topk, width),
         )
-        launch = self._launch(batch, rows, bounds, reserve, width, sampling, device, state)
+        launch = self._launch(batch, table_rows, bounds, reserve, width, sampling, device, state)
         self.in_flight = launch
         context.iterations_at_depth[steps] += 1
         if not carried:
@@ -304,28 +304,27 @@ class OverlappedSpeculative:
     def _launch(
         self,
         batch: DecodeBatch,
-        rows: list[int],
+        table_rows: list[int],
         bounds: list[int],
         reserve: int,
         width: int,
         sampling: SamplingBatch,
-        device: tuple[torch.Tensor, ...],
+        device: DeviceRows,
         state: DraftState,
     ) -> SpecInFlight:
         """Queue the iteration: draft, verify, accept, move the path, draft extend."""
         context = self.context
         runner, ops, steps, spec = context.runner, context.ops, batch.steps, batch.spec
-        rows_t, seq_t, roots, nodes_t, branches_t, width_t = device
         num_nodes, topk, size = spec.draft_tokens, spec.topk, batch.size
         offsets = torch.arange(reserve, device=runner.device)
-        slots = runner.slots_at(rows_t[:, None], seq_t[:, None] + offsets)  # [B, reserve]
+        slots = runner.slots_at(device.table_rows[:, None], device.seq_lens[:, None] + offsets)
         positions = (
-            seq_t.view(1, -1, 1) + offsets[: max(steps - 1, 0)].view(-1, 1, 1)
+            device.seq_lens.view(1, -1, 1) + offsets[: max(steps - 1, 0)].view(-1, 1, 1)
         ).expand(-1, -1, topk).reshape(max(steps - 1, 0), size * topk)  # [S - 1, B * K]
 
         # 1-2. draft; host lengths are upper bounds (the attention reads the device's)
-        inputs = DraftInputs(rows, bounds, rows_t, seq_t, branches_t, slots, positions, roots,
-                             state)
+        inputs = DraftInputs(table_rows, bounds, device.table_rows, device.seq_lens,
+                             device.branches, slots, positions, device.roots, state)
         shape = TreeShape(steps, topk, num_nodes)
         tree = draft_tree(runner, ops, shape, inputs)
         graphs = runner.graphs
@@ -339,28 +338,30 @@ class OverlappedSpeculative:
         verify_slots = slots[:, :num_nodes]
         forward = runner.make_batch(
             ForwardMode.TARGET_VERIFY, input_ids=tree.tokens, positions=tree.positions,
-            rows=rows, prefix_lens=bounds, extend_lens=[num_nodes] * size,
+            table_rows=table_rows, prefix_lens=bounds, extend_lens=[num_nodes] * size,
             out_cache_loc=verify_slots, tree_mask=tree.tree_mask,
-            device_lens=(rows_t, seq_t, nodes_t),
+            device_lens=(device.table_rows, device.seq_lens, device.num_nodes),
         )
         out = runner.run_target(forward, context.aux_layers)
         logits = runner.target.compute_logits(out.hidden_states).view(size, num_nodes, -1)
         # 4. accept, then 5. move the path and extend the draft (as the graph does)
         result = accept_tree(
             ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
-            tree.retrieve_next_sibling, steps, sampling, seq_t if sampling.greedy else 2 * seq_t,
+            tree.retrieve_next_sibling, steps, sampling,
+            device.seq_lens if sampling.greedy else 2 * device.seq_lens,
         )
 
         def run_extend(ids: torch.Tensor, at: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
             extend = runner.make_batch(
-                ForwardMode.DRAFT_EXTEND, input_ids=ids, positions=at, rows=rows,
+                ForwardMode.DRAFT_EXTEND, input_ids=ids, positions=at, table_rows=table_rows,
                 prefix_lens=bounds, extend_lens=[width] * size,
-                out_cache_loc=slots[:, :width], device_lens=(rows_t, seq_t, width_t),
+                out_cache_loc=slots[:, :width],
+                device_lens=(device.table_rows, device.seq_lens, device.width),
             )
             return runner.run_draft(extend, features)  # [B * W, H]
 
-        outputs = accept_and_extend(runner, ops, out, result, tree.tokens, verify_slots, seq_t,
-                                    topk, width, run_extend)
+        outputs = accept_and_extend(runner, ops, out, result, tree.tokens, verify_slots,
+                                    device.seq_lens, topk, width, run_extend)
         return self._in_flight(batch, reserve, width, outputs)
 
     def _in_flight(self, batch: DecodeBatch, reserve: int, width: int,

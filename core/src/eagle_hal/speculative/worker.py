@@ -216,20 +216,21 @@ class EagleWorker:
         runner, context = self.runner, self.context
         contexts = [Scheduler.context_ids(r) for r in requests]
         lengths = [len(c) for c in contexts]
-        rows = [table_row(r) for r in requests]
-        for row, length in zip(rows, lengths, strict=True):
+        table_rows = [table_row(r) for r in requests]
+        for row, length in zip(table_rows, lengths, strict=True):
             runner.table.reserve(row, length)
         runner.sync_table()
         batch = runner.causal_batch(
-            ForwardMode.EXTEND, [t for c in contexts for t in c], rows, [0] * len(rows), lengths
+            ForwardMode.EXTEND, [t for c in contexts for t in c], table_rows,
+            [0] * len(table_rows), lengths,
         )
         out = runner.run_target(batch, context.aux_layers)
-        last, lengths_t, counters = runner.upload(
+        last, lengths_device, counters = runner.upload(
             [end - 1 for end in _cumsum(lengths)], lengths, [2 * n + 1 for n in lengths]
         )  # [B] each: last prompt token, prompt lengths, sampling counters
         logits = runner.target.compute_logits(out.hidden_states[last])[:, None, :]  # [B, 1, V]
         fresh = [not r.output_ids for r in requests]
-        tree = single_node_tree(batch.input_ids[last], lengths_t)
+        tree = single_node_tree(batch.input_ids[last], lengths_device)
         result = accept_tree(
             context.ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
             tree.retrieve_next_sibling, 0, context.sampling.of(requests), counters,
@@ -248,7 +249,7 @@ class EagleWorker:
             # as the target's prefill, no graph per prompt length (one would be captured
             # for nearly every request and replayed almost never): a token bucket's graph
             # (GraphRunner.prefill_bucket), else eager
-            context.draft.extend(requests, draft_ids, features, [0] * len(rows), lengths,
+            context.draft.extend(requests, draft_ids, features, [0] * len(table_rows), lengths,
                                  prefill=True)
         return [[root] if f else [] for root, f in zip(roots, fresh, strict=True)]
 

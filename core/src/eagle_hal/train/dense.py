@@ -112,7 +112,7 @@ def dense_batch(input_ids: torch.Tensor, mode: ForwardMode = ForwardMode.EXTEND)
         mode=mode,
         input_ids=input_ids.reshape(-1),
         positions=positions,
-        req_pool_indices=torch.arange(rows, device=device),
+        table_rows=torch.arange(rows, device=device),
         prefix_lens=torch.zeros(rows, dtype=torch.int64, device=device),
         extend_lens=torch.full((rows,), length, dtype=torch.int64, device=device),
         out_cache_loc=torch.zeros(rows * length, dtype=torch.int64, device=device),

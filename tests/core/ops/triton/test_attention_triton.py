@@ -84,7 +84,7 @@ def causal_args(pair: Pair, mode, rows, prefix, extend) -> dict:
     row_of_token = [r for r, n in zip(rows, extend, strict=False) for _ in range(n)]
     out_cache_loc = pair.table[pair.long(row_of_token), pair.long(positions)]
     return dict(mode=mode, input_ids=pair.long([0] * len(positions)),
-                positions=pair.long(positions), req_pool_indices=pair.long(rows),
+                positions=pair.long(positions), table_rows=pair.long(rows),
                 prefix_lens=pair.long(prefix), extend_lens=pair.long(extend),
                 out_cache_loc=out_cache_loc, prefix_lens_cpu=tuple(prefix),
                 extend_lens_cpu=tuple(extend))
@@ -168,7 +168,7 @@ def test_draft_decode_branches(depth):
         for s in scratch
     ])  # [B * K, depth]
     args = dict(mode=ForwardMode.DRAFT_DECODE, input_ids=pair.long([0] * tokens),
-                positions=pair.long([0] * tokens), req_pool_indices=pair.long(rows),
+                positions=pair.long([0] * tokens), table_rows=pair.long(rows),
                 prefix_lens=pair.long(prefix), extend_lens=pair.long([branches] * 2),
                 out_cache_loc=kv_slots[:, -1].contiguous(), prefix_lens_cpu=tuple(prefix),
                 extend_lens_cpu=(branches,) * 2, draft_kv_slots=kv_slots,

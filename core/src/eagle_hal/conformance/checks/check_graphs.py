@@ -66,7 +66,7 @@ pytestmark = requires("graph_capture")
 MODES = [ForwardMode.DRAFT_DECODE, ForwardMode.TARGET_VERIFY, ForwardMode.DRAFT_EXTEND]
 LAYER = 1
 REPLAY_PREFIX_EXTRA = (3, 21)  # replayed prefixes are longer than the captured ones
-STATIC_FIELDS = ("input_ids", "positions", "req_pool_indices", "prefix_lens", "extend_lens",
+STATIC_FIELDS = ("input_ids", "positions", "table_rows", "prefix_lens", "extend_lens",
                  "out_cache_loc", "tree_mask", "draft_kv_slots")
 
 

@@ -81,7 +81,7 @@ class DraftLoop(NamedTuple):
 
     shape: TreeShape
     mask_mode: str
-    rows: torch.Tensor  # [bucket] int64 table rows
+    table_rows: torch.Tensor  # [bucket] int64 table rows
     seq_lens: torch.Tensor  # [bucket] int64 cached lengths: every level's prefix
     roots: torch.Tensor  # [bucket] int64 verify roots
     probs: torch.Tensor | None  # [bucket, K] float32 the root's children's probabilities
@@ -110,7 +110,7 @@ class DraftLoopGraph:
     chain: bool  # the chain layout (``is_chain``)
     mask_mode: str
     pad_slot: int
-    rows: torch.Tensor
+    table_rows: torch.Tensor
     seq_lens: torch.Tensor
     roots: torch.Tensor
     probs: torch.Tensor | None
@@ -145,7 +145,7 @@ class DraftLoopGraph:
         chain, topk, levels = is_chain(shape), shape.topk, shape.num_steps
         long: dict[str, Any] = dict(dtype=torch.int64, device=device)
         depth = levels - 1  # draft forwards; the last level is only predicted
-        rows, seq_lens, roots = (torch.zeros(bucket, **long) for _ in range(3))
+        table_rows, seq_lens, roots = (torch.zeros(bucket, **long) for _ in range(3))
         tokens = torch.zeros(levels, bucket * topk, **long)
         positions = torch.zeros(depth, bucket, topk, **long)  # written inside the graph
         offsets = torch.arange(depth, **long)[:, None, None]  # level d at seq_len + d
@@ -172,7 +172,7 @@ class DraftLoopGraph:
                 mode=ForwardMode.DRAFT_DECODE,
                 input_ids=tokens[d],
                 positions=positions[d].view(-1),
-                req_pool_indices=rows,
+                table_rows=table_rows,
                 prefix_lens=seq_lens,
                 extend_lens=extend_lens,
                 out_cache_loc=out_cache_loc,
@@ -188,7 +188,7 @@ class DraftLoopGraph:
                     state: torch.Tensor) -> torch.Tensor:
             return draft.forward(static, attn, input_ids, state)
 
-        loop = DraftLoop(shape, mask_mode, rows, seq_lens, roots, probs, ids, hidden_in,
+        loop = DraftLoop(shape, mask_mode, table_rows, seq_lens, roots, probs, ids, hidden_in,
                          by_request, tokens, steps, forward, {})
 
         def recorded() -> tuple[torch.Tensor, ...]:
@@ -202,9 +202,9 @@ class DraftLoopGraph:
             warm = recorded()
         graph = capture.new_graph()
         outputs = record_with_own_outputs(capture, graph, recorded, warm)
-        per_request = tuple(t for t in (rows, seq_lens, probs, ids, hidden_in, roots)
+        per_request = tuple(t for t in (table_rows, seq_lens, probs, ids, hidden_in, roots)
                             if t is not None)
-        return cls(graph, chain, mask_mode, pad_slot, rows, seq_lens, roots, probs, ids,
+        return cls(graph, chain, mask_mode, pad_slot, table_rows, seq_lens, roots, probs, ids,
                    hidden_in, scratch, by_request, per_request,
                    tuple((attn, static) for static in steps), outputs)
 
@@ -216,8 +216,8 @@ class DraftLoopGraph:
         index, links and mask with the same values)."""
         size = len(inputs.seq_lens)
         state = inputs.state
-        self.rows[:size].copy_(inputs.rows_t)
-        self.seq_lens[:size].copy_(inputs.seq_t)
+        self.table_rows[:size].copy_(inputs.table_rows_device)
+        self.seq_lens[:size].copy_(inputs.seq_lens_device)
         if self.chain:
             self.scratch[:size].copy_(inputs.scratch[:, : self.scratch.shape[1]])
             self.ids[:size].copy_(state.topk_ids[:, :1])
@@ -236,7 +236,7 @@ class DraftLoopGraph:
                 tensor[size:].zero_()
             self.by_request[size:].fill_(self.pad_slot)
         self.filled = size
-        bucket = self.rows.shape[0]
+        bucket = self.table_rows.shape[0]
         replay_forwards(self.graph, self.forwards,
                         tuple(inputs.seq_lens) + (0,) * (bucket - size))
         tokens, positions, *layout = (out[:size] for out in self.outputs)

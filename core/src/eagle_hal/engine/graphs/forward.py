@@ -80,7 +80,7 @@ def static_batch(
         mode=batch.mode,
         input_ids=torch.zeros(tokens, **long),
         positions=torch.zeros(tokens, **long),
-        req_pool_indices=torch.zeros(bucket, **long),
+        table_rows=torch.zeros(bucket, **long),
         prefix_lens=torch.zeros(bucket, **long),
         extend_lens=torch.tensor(lens, **long),
         out_cache_loc=torch.full((tokens,), pad_slot, dtype=batch.out_cache_loc.dtype,
@@ -156,11 +156,11 @@ class CapturedForward:
         self.filled, self.filled_tokens = size, tokens
         static.input_ids[:tokens].copy_(batch.input_ids)
         static.positions[:tokens].copy_(batch.positions)
-        static.req_pool_indices[:size].copy_(batch.req_pool_indices)
+        static.table_rows[:size].copy_(batch.table_rows)
         static.prefix_lens[:size].copy_(batch.prefix_lens)
         static.out_cache_loc[:tokens].copy_(batch.out_cache_loc)
         if stale:
-            static.req_pool_indices[size:].zero_()
+            static.table_rows[size:].zero_()
             static.prefix_lens[size:].zero_()
         if stale or stale_tokens:
             static.out_cache_loc[tokens:].fill_(self.pad_slot)

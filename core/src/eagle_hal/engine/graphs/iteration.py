@@ -88,7 +88,7 @@ class VerifyExtendGraph:
     graph: DeviceGraph
     forwards: tuple[tuple[AttentionBackend, ForwardBatch], ...]  # the verify, the extend
     pad_slot: int
-    rows: torch.Tensor
+    table_rows: torch.Tensor
     seq_lens: torch.Tensor
     slots: torch.Tensor
     tokens: torch.Tensor
@@ -123,7 +123,7 @@ class VerifyExtendGraph:
         device, slot_dtype, mask_mode = runner.device, runner.slot_dtype, runner.tree_mask_mode
         nodes, width = shape.num_draft_tokens, shape.num_steps + 1
         long: dict[str, Any] = dict(dtype=torch.int64, device=device)
-        rows, seq_lens = torch.zeros(bucket, **long), torch.zeros(bucket, **long)
+        table_rows, seq_lens = torch.zeros(bucket, **long), torch.zeros(bucket, **long)
         slots = torch.full((bucket, reserve), pad_slot, dtype=slot_dtype, device=device)
         tokens, positions = torch.zeros(bucket, nodes, **long), torch.zeros(bucket, nodes, **long)
         next_token = torch.full((bucket, nodes), NO_NODE, **long)
@@ -139,14 +139,14 @@ class VerifyExtendGraph:
         extend_ids, extend_positions = (torch.zeros(bucket, width, **long) for _ in range(2))
         verify = ForwardBatch(
             mode=ForwardMode.TARGET_VERIFY, input_ids=tokens.view(-1),
-            positions=positions.view(-1), req_pool_indices=rows, prefix_lens=seq_lens,
+            positions=positions.view(-1), table_rows=table_rows, prefix_lens=seq_lens,
             extend_lens=torch.full((bucket,), nodes, **long), out_cache_loc=verify_slots.view(-1),
             prefix_lens_cpu=(0,) * bucket, extend_lens_cpu=(nodes,) * bucket,
             tree_mask=tree_mask, num_branches=1,
         )
         extend = ForwardBatch(
             mode=ForwardMode.DRAFT_EXTEND, input_ids=extend_ids.view(-1),
-            positions=extend_positions.view(-1), req_pool_indices=rows, prefix_lens=seq_lens,
+            positions=extend_positions.view(-1), table_rows=table_rows, prefix_lens=seq_lens,
             extend_lens=torch.full((bucket,), width, **long),
             out_cache_loc=extend_slots.view(-1), prefix_lens_cpu=(0,) * bucket,
             extend_lens_cpu=(width,) * bucket,
@@ -171,7 +171,7 @@ class VerifyExtendGraph:
             warm = iteration()
         graph = capture.new_graph()
         outputs = record_with_own_outputs(capture, graph, iteration, warm)
-        return cls(graph, ((target_attn, verify), (draft_attn, extend)), pad_slot, rows,
+        return cls(graph, ((target_attn, verify), (draft_attn, extend)), pad_slot, table_rows,
                    seq_lens, slots, tokens, positions, next_token, next_sibling, tree_mask,
                    pad_mask, verify_slots, extend_slots, outputs)
 
@@ -185,8 +185,8 @@ class VerifyExtendGraph:
         bounds, slots = inputs.seq_lens, inputs.scratch
         size = len(bounds)
         nodes, width = self.tokens.shape[1], self.extend_slots.shape[1]
-        self.rows[:size].copy_(inputs.rows_t)
-        self.seq_lens[:size].copy_(inputs.seq_t)
+        self.table_rows[:size].copy_(inputs.table_rows_device)
+        self.seq_lens[:size].copy_(inputs.seq_lens_device)
         self.slots[:size].copy_(slots[:, : self.slots.shape[1]])
         self.verify_slots[:size].copy_(slots[:, :nodes])
         self.extend_slots[:size].copy_(slots[:, :width])
@@ -196,7 +196,7 @@ class VerifyExtendGraph:
         self.next_sibling[:size].copy_(tree.retrieve_next_sibling)
         self.tree_mask[:size].copy_(tree.tree_mask.reshape(self.tree_mask[:size].shape))
         if self.filled > size:  # a larger batch left real rows and slots behind
-            for tensor in (self.rows, self.seq_lens, self.tokens, self.positions):
+            for tensor in (self.table_rows, self.seq_lens, self.tokens, self.positions):
                 tensor[size:].zero_()
             for tensor in (self.next_token, self.next_sibling):
                 tensor[size:].fill_(NO_NODE)
@@ -205,5 +205,5 @@ class VerifyExtendGraph:
             self.tree_mask[size:].copy_(self.pad_mask.expand_as(self.tree_mask[size:]))
         self.filled = size
         replay_forwards(self.graph, self.forwards,
-                        tuple(bounds) + (0,) * (self.rows.shape[0] - size))
+                        tuple(bounds) + (0,) * (self.table_rows.shape[0] - size))
         return tuple(out[:size].clone() for out in self.outputs)

@@ -304,7 +304,7 @@ class TritonAttentionBackend(AttentionBackend):
             store.layout.order,
             batch.out_cache_loc.contiguous(),
             self.config.req_to_token,
-            batch.req_pool_indices,
+            batch.table_rows,
             batch.prefix_lens,
             metadata.token_request,
             metadata.own_base,

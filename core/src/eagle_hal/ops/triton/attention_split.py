@@ -86,7 +86,7 @@ def split_paged_attention(
     kv_order: str,
     out_cache_loc: torch.Tensor,
     req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
+    table_rows: torch.Tensor,
     prefix_lens: torch.Tensor,
     token_request: torch.Tensor,
     own_base: torch.Tensor,
@@ -156,7 +156,7 @@ def split_paged_attention(
     mask_arg = tree_mask.view(torch.uint8) if tree_mask is not None else out_cache_loc
     _split_attention_kernel[(num_tokens, num_kv_heads, num_splits)](
         q, k, v, k_cache, v_cache, out, partial_out, partial_lse,
-        req_to_token, req_pool_indices, prefix_lens, out_cache_loc,
+        req_to_token, table_rows, prefix_lens, out_cache_loc,
         token_request, own_base, own_len, slots_arg, mask_arg,
         scale * _LOG2E, tree_width,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

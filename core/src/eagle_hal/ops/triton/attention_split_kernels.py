@@ -87,7 +87,7 @@ def _split_attention_kernel(
     partial_out_ptr,  # [T, H, NUM_SPLITS, D] float32 (NUM_SPLITS > 1)
     partial_lse_ptr,  # [T, H, NUM_SPLITS] float32 (NUM_SPLITS > 1)
     req_to_token_ptr,  # [max_requests, max_context]
-    req_pool_indices_ptr,  # [B] table row of each request
+    table_rows_ptr,  # [B] table row of each request
     prefix_lens_ptr,  # [B]
     out_cache_loc_ptr,  # [T] where each new token's K/V goes
     token_request_ptr,  # [T] int32 request of each token
@@ -132,7 +132,7 @@ def _split_attention_kernel(
     kv_head_offset = kv_head * stride_kv_head
 
     request = tl.load(token_request_ptr + token).to(tl.int64)
-    row = tl.load(req_pool_indices_ptr + request).to(tl.int64)
+    row = tl.load(table_rows_ptr + request).to(tl.int64)
     prefix_len = tl.load(prefix_lens_ptr + request).to(tl.int32)
     own_base = tl.load(own_base_ptr + token).to(tl.int64)
     own_len = tl.load(own_len_ptr + token).to(tl.int32)

@@ -42,14 +42,14 @@ def fill_bonus_kernel(
 def assign_verify_slots_kernel(
     req_to_token_ptr,  # [R, C] table, written in place
     req_to_token_stride,
-    req_pool_indices_ptr,  # [B]
+    table_rows_ptr,  # [B]
     seq_lens_ptr,  # [B]
     out_cache_loc_ptr,  # [B * N]
     num_nodes,
     BLOCK: tl.constexpr,
 ):
     request = tl.program_id(0).to(tl.int64)
-    row = tl.load(req_pool_indices_ptr + request).to(tl.int64)
+    row = tl.load(table_rows_ptr + request).to(tl.int64)
     start = tl.load(seq_lens_ptr + request).to(tl.int64)
     lane = tl.arange(0, BLOCK)
     for offset in range(0, num_nodes, BLOCK):

@@ -309,12 +309,12 @@ class TritonSamplingOps(ReferenceSamplingOps):
     def assign_verify_slots(
         self,
         req_to_token: torch.Tensor,
-        req_pool_indices: torch.Tensor,
+        table_rows: torch.Tensor,
         seq_lens: torch.Tensor,
         out_cache_loc: torch.Tensor,
     ) -> None:
         check_dims("req_to_token", req_to_token, 2)
-        batch_size = req_pool_indices.shape[0]
+        batch_size = table_rows.shape[0]
         check_rows("seq_lens", seq_lens, batch_size)
         if batch_size == 0:
             return
@@ -327,7 +327,7 @@ class TritonSamplingOps(ReferenceSamplingOps):
             raise TreeConfigError("req_to_token's rows must be contiguous")
         num_nodes = out_cache_loc.shape[0] // batch_size
         _bookkeeping.assign_verify_slots_kernel[(batch_size,)](
-            req_to_token, req_to_token.stride(0), req_pool_indices.contiguous(),
+            req_to_token, req_to_token.stride(0), table_rows.contiguous(),
             seq_lens.contiguous(), out_cache_loc.contiguous(), num_nodes,
             BLOCK=_block(num_nodes, self.vocab_block), num_warps=self.num_warps,
         )
