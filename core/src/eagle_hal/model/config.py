@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from eagle_hal.model.errors import ModelLoadError, UnsupportedModelError
+from eagle_hal.model.errors import InvalidConfigError, UnsupportedModelError
 
 __all__ = ["ModelConfig", "RopeScaling", "RopeScalingKind", "SUPPORTED_HF_ARCHITECTURES"]
 
@@ -114,112 +115,277 @@ class ModelConfig:
             return self.max_position_embeddings
         return min(self.max_position_embeddings, self.sliding_window)
 
+    @property
+    def num_parameters(self) -> int:
+        """How many values the checkpoint of this model holds (a tied ``lm_head`` counted
+        once). Loaders compare it with what a file holds before allocating anything."""
+        h, q = self.hidden_size, self.num_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        per_layer = 2 * h * q + 2 * h * kv + 3 * h * self.intermediate_size + 2 * h
+        if self.attention_bias:
+            per_layer += q + 2 * kv
+        if self.attention_out_bias:
+            per_layer += h
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return embeddings + self.num_layers * per_layer + h
+
     # -- normalisation at the edge ---------------------------------------------------------
 
     @classmethod
     def from_hf_config(
-        cls, raw: Mapping[str, Any], *, architecture: str | None = None
+        cls,
+        raw: Mapping[str, Any],
+        *,
+        architecture: str | None = None,
+        source: str = "the model config",
     ) -> ModelConfig:
         """Normalise a Hugging Face ``config.json`` dict.
 
         ``architecture`` overrides detection (draft heads declare their own architecture
-        names but use the Llama geometry). Raises ``UnsupportedModelError`` for an
-        architecture, activation, MLP bias or rotary scaling this implementation lacks.
+        names but use the Llama geometry). ``source`` names the file in messages. Raises
+        ``UnsupportedModelError`` for an architecture, activation, MLP bias or rotary
+        scaling this implementation lacks, and ``InvalidConfigError`` for missing keys,
+        values of the wrong type or out of range, and inconsistent geometry.
         """
+        if not isinstance(raw, Mapping):
+            raise InvalidConfigError(
+                f"{source} must hold a JSON object, not {type(raw).__name__}"
+            )
+        fields = ConfigFields(raw, source)
         family = architecture or _hf_family(raw)
         missing = [key for key in _REQUIRED_HF_KEYS if raw.get(key) is None]
         if missing:
-            raise ModelLoadError(f"the model config lacks required keys: {', '.join(missing)}")
-        if raw.get("hidden_act", "silu") != "silu":
+            raise InvalidConfigError(f"{source} lacks required keys: {', '.join(missing)}")
+        activation = fields.text("hidden_act", "silu")
+        if activation != "silu":
             raise UnsupportedModelError(
-                f"hidden_act {raw['hidden_act']!r} is not supported; only 'silu' (SwiGLU) is"
+                f"hidden_act {activation!r} is not supported; only 'silu' (SwiGLU) is"
             )
-        if raw.get("mlp_bias", False):
+        if fields.flag("mlp_bias", False):
             raise UnsupportedModelError("mlp_bias=true is not supported")
-        num_heads = int(raw["num_attention_heads"])
-        hidden_size = int(raw["hidden_size"])
-        rope_theta, rope_scaling = _hf_rope(raw)
-        llama_bias = bool(raw.get("attention_bias", False))
-        sliding_window = raw.get("sliding_window")
-        if family == "qwen2" and not raw.get("use_sliding_window", False):
+        num_heads = fields.integer("num_attention_heads")
+        hidden_size = fields.integer("hidden_size")
+        rope_theta, rope_scaling = _hf_rope(raw, fields)
+        llama_bias = fields.flag("attention_bias", False)
+        sliding_window = fields.integer("sliding_window", None)
+        if family == "qwen2" and not fields.flag("use_sliding_window", False):
             sliding_window = None
         if family == "llama":
             sliding_window = None
-        eos = raw.get("eos_token_id")
-        eos_ids = tuple(int(e) for e in eos) if isinstance(eos, list) else (
-            () if eos is None else (int(eos),)
-        )
-        return cls(
+        head_dim = fields.integer("head_dim", None)
+        return _built(
+            cls,
+            source,
             architecture=family,
-            vocab_size=int(raw["vocab_size"]),
+            vocab_size=fields.integer("vocab_size"),
             hidden_size=hidden_size,
-            intermediate_size=int(raw["intermediate_size"]),
-            num_layers=int(raw["num_hidden_layers"]),
+            intermediate_size=fields.integer("intermediate_size"),
+            num_layers=fields.integer("num_hidden_layers"),
             num_heads=num_heads,
-            num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
-            head_dim=int(raw.get("head_dim") or hidden_size // num_heads),
-            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            num_kv_heads=fields.integer("num_key_value_heads", None) or num_heads,
+            head_dim=head_dim or max(hidden_size // num_heads, 1),
+            rms_norm_eps=fields.number("rms_norm_eps", 1e-6, minimum=0.0),
             rope_theta=rope_theta,
             rope_scaling=rope_scaling,
-            max_position_embeddings=int(raw.get("max_position_embeddings", 4096)),
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            max_position_embeddings=fields.integer(
+                "max_position_embeddings", 4096, maximum=_MAX_POSITIONS
+            ),
+            tie_word_embeddings=fields.flag("tie_word_embeddings", False),
             attention_bias=family == "qwen2" or llama_bias,
             attention_out_bias=family != "qwen2" and llama_bias,
-            sliding_window=None if sliding_window is None else int(sliding_window),
-            bos_token_id=None if raw.get("bos_token_id") is None else int(raw["bos_token_id"]),
-            eos_token_ids=eos_ids,
+            sliding_window=sliding_window,
+            bos_token_id=fields.integer("bos_token_id", None, minimum=0),
+            eos_token_ids=fields.integers("eos_token_id"),
         )
 
     @classmethod
-    def from_gguf_metadata(cls, reader: Any) -> ModelConfig:
+    def from_gguf_metadata(cls, reader: Any, *, source: str = "the GGUF file") -> ModelConfig:
         """Normalise the metadata of a ``gguf.GGUFReader`` (keys ``{arch}.block_count``...).
 
-        Raises ``UnsupportedModelError`` for GGUF architectures other than llama and qwen2.
-        Tied embeddings are inferred from the absence of an ``output.weight`` tensor.
+        ``source`` names the file in messages. Raises ``UnsupportedModelError`` for GGUF
+        architectures other than llama and qwen2 and ``InvalidConfigError`` for missing or
+        ill-typed metadata. Tied embeddings are inferred from the absence of an
+        ``output.weight`` tensor.
         """
-        fields = reader.fields
-
-        def value(key: str, default: Any = None) -> Any:
-            field = fields.get(key)
-            return default if field is None else field.contents()
-
-        arch = value("general.architecture")
+        fields = ConfigFields(_GGUFMetadata(reader.fields, source), source)
+        arch = fields.text("general.architecture", None)
         if arch not in _SUPPORTED_GGUF_ARCHITECTURES:
             raise UnsupportedModelError(
                 f"GGUF architecture {arch!r} is not supported; supported: "
                 f"{', '.join(_SUPPORTED_GGUF_ARCHITECTURES)}"
             )
         tensor_names = {t.name for t in reader.tensors}
-        num_heads = int(value(f"{arch}.attention.head_count"))
-        hidden_size = int(value(f"{arch}.embedding_length"))
-        vocab = value(f"{arch}.vocab_size")
+        num_heads = fields.integer(f"{arch}.attention.head_count")
+        hidden_size = fields.integer(f"{arch}.embedding_length")
+        vocab = fields.integer(f"{arch}.vocab_size", None)
         if vocab is None:
-            vocab = len(fields["tokenizer.ggml.tokens"].data)
-        eos = value("tokenizer.ggml.eos_token_id")
-        bos = value("tokenizer.ggml.bos_token_id")
-        return cls(
+            tokens = reader.fields.get("tokenizer.ggml.tokens")
+            if tokens is None:
+                raise InvalidConfigError(
+                    f"{source} has neither {arch}.vocab_size nor tokenizer.ggml.tokens"
+                )
+            vocab = len(tokens.data)
+        eos = fields.integer("tokenizer.ggml.eos_token_id", None, minimum=0)
+        return _built(
+            cls,
+            source,
             architecture=arch,
-            vocab_size=int(vocab),
+            vocab_size=vocab,
             hidden_size=hidden_size,
-            intermediate_size=int(value(f"{arch}.feed_forward_length")),
-            num_layers=int(value(f"{arch}.block_count")),
+            intermediate_size=fields.integer(f"{arch}.feed_forward_length"),
+            num_layers=fields.integer(f"{arch}.block_count"),
             num_heads=num_heads,
-            num_kv_heads=int(value(f"{arch}.attention.head_count_kv", num_heads)),
-            head_dim=int(value(f"{arch}.attention.key_length", hidden_size // num_heads)),
-            rms_norm_eps=float(value(f"{arch}.attention.layer_norm_rms_epsilon", 1e-6)),
-            rope_theta=float(value(f"{arch}.rope.freq_base", 10000.0)),
-            rope_scaling=_gguf_rope(reader, arch, value),
-            max_position_embeddings=int(value(f"{arch}.context_length", 4096)),
+            num_kv_heads=fields.integer(f"{arch}.attention.head_count_kv", num_heads),
+            head_dim=fields.integer(
+                f"{arch}.attention.key_length", max(hidden_size // num_heads, 1)
+            ),
+            rms_norm_eps=fields.number(
+                f"{arch}.attention.layer_norm_rms_epsilon", 1e-6, minimum=0.0
+            ),
+            rope_theta=fields.number(f"{arch}.rope.freq_base", 10000.0),
+            rope_scaling=_gguf_rope(reader, arch, fields),
+            max_position_embeddings=fields.integer(
+                f"{arch}.context_length", 4096, maximum=_MAX_POSITIONS
+            ),
             tie_word_embeddings="output.weight" not in tensor_names,
             attention_bias="blk.0.attn_q.bias" in tensor_names,
             attention_out_bias="blk.0.attn_output.bias" in tensor_names,
-            bos_token_id=None if bos is None else int(bos),
-            eos_token_ids=() if eos is None else (int(eos),),
+            bos_token_id=fields.integer("tokenizer.ggml.bos_token_id", None, minimum=0),
+            eos_token_ids=() if eos is None else (eos,),
         )
+
+
+def _built(cls: type[ModelConfig], source: str, **values: Any) -> ModelConfig:
+    """``cls(**values)`` with its geometry checks reported against ``source``."""
+    try:
+        return cls(**values)
+    except ValueError as error:
+        raise InvalidConfigError(f"{source}: {error}") from error
+
+
+_REQUIRED = object()
+# Dimensions index tensors with 32-bit integers in places; context lengths only size tables.
+_MAX_DIMENSION = 2**31 - 1
+_MAX_POSITIONS = 2**40
+
+
+class _GGUFMetadata(Mapping[str, Any]):
+    """GGUF reader fields as plain values, decoded only when asked for (a field's text may
+    not be valid UTF-8, and decoding every token string would be wasted)."""
+
+    def __init__(self, fields: Mapping[str, Any], source: str) -> None:
+        self._fields, self._source = fields, source
+
+    def __getitem__(self, key: str) -> Any:
+        field = self._fields[key]
+        try:
+            return field.contents()
+        except (UnicodeDecodeError, IndexError, ValueError, TypeError) as error:
+            raise InvalidConfigError(
+                f"{self._source}: metadata {key!r} cannot be read: {error}"
+            ) from error
+
+    def __iter__(self) -> Any:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+
+class ConfigFields:
+    """Typed reads of one raw config mapping; each failure names the file and the key."""
+
+    def __init__(self, raw: Mapping[str, Any], source: str) -> None:
+        self.raw, self.source = raw, source
+
+    def _get(self, key: str, default: Any) -> Any:
+        value = self.raw.get(key)
+        if value is None:
+            if default is _REQUIRED:
+                raise InvalidConfigError(f"{self.source} lacks the required key {key!r}")
+            return default
+        return value
+
+    def _bad(self, key: str, value: Any, wanted: str) -> InvalidConfigError:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        return InvalidConfigError(f"{self.source}: {key} must be {wanted}, got {shown}")
+
+    def integer(
+        self, key: str, default: Any = _REQUIRED, *, minimum: int = 1,
+        maximum: int = _MAX_DIMENSION,
+    ) -> Any:
+        value = self._get(key, default)
+        if value is default:
+            return value
+        number = _as_integer(value)
+        if number is None:
+            raise self._bad(key, value, "an integer")
+        if not minimum <= number <= maximum:
+            raise self._bad(key, value, f"an integer in [{minimum}, {maximum}]")
+        return number
+
+    def integers(self, key: str) -> tuple[int, ...]:
+        """A key that holds one non-negative integer, a list of them, or nothing."""
+        value = self._get(key, None)
+        items = [] if value is None else value if isinstance(value, list) else [value]
+        numbers = [_as_integer(item) for item in items]
+        if any(n is None or not 0 <= n <= _MAX_DIMENSION for n in numbers):
+            raise self._bad(key, value, "a non-negative integer or a list of them")
+        return tuple(n for n in numbers if n is not None)
+
+    def number(self, key: str, default: Any = _REQUIRED, *, minimum: float = 0.0,
+               strict: bool = True) -> Any:
+        """A finite real; above ``minimum`` (``strict``) or at least it."""
+        value = self._get(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._bad(key, value, "a number")
+        number = float(value)
+        if not math.isfinite(number) or (number <= minimum if strict else number < minimum):
+            bound = f"> {minimum}" if strict else f">= {minimum}"
+            raise self._bad(key, value, f"a finite number {bound}")
+        return number
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self._get(key, default)
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value)
+        raise self._bad(key, value, "true or false")
+
+    def text(self, key: str, default: Any = _REQUIRED) -> Any:
+        value = self._get(key, default)
+        if value is default or isinstance(value, str):
+            return value
+        raise self._bad(key, value, "a string")
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self._get(key, {})
+        if not isinstance(value, Mapping):
+            raise self._bad(key, value, "an object")
+        return dict(value)
+
+
+def _as_integer(value: Any) -> int | None:
+    """``value`` as an int when it is one (integral floats included, booleans not)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return None
 
 
 def _hf_family(raw: Mapping[str, Any]) -> str:
     architectures = raw.get("architectures") or []
+    if isinstance(architectures, str):
+        architectures = [architectures]
+    if not isinstance(architectures, list):
+        architectures = [architectures]
     for name in architectures:
         if name in SUPPORTED_HF_ARCHITECTURES:
             return SUPPORTED_HF_ARCHITECTURES[name]
@@ -233,44 +399,56 @@ def _hf_family(raw: Mapping[str, Any]) -> str:
     )
 
 
-def _hf_rope(raw: Mapping[str, Any]) -> tuple[float, RopeScaling]:
+def _hf_rope(raw: Mapping[str, Any], fields: ConfigFields) -> tuple[float, RopeScaling]:
     """Rotary base and scaling from either transformers v5 ``rope_parameters`` or the older
     ``rope_theta`` + ``rope_scaling`` pair."""
-    params = dict(raw.get("rope_parameters") or {})
-    scaling = dict(raw.get("rope_scaling") or {})
-    theta = float(params.get("rope_theta", raw.get("rope_theta", 10000.0)))
+    params = fields.mapping("rope_parameters")
+    scaling = fields.mapping("rope_scaling")
+    theta = (ConfigFields(params, f"{fields.source} rope_parameters").number("rope_theta", None)
+             or fields.number("rope_theta", 10000.0))
     spec = params if params.get("rope_type", "default") != "default" else scaling
     kind = spec.get("rope_type", spec.get("type", "default"))
     if kind in ("default", None):
         return theta, RopeScaling()
-    if kind == "linear":
-        return theta, RopeScaling(RopeScalingKind.LINEAR, factor=float(spec["factor"]))
-    if kind == "llama3":
-        return theta, RopeScaling(
-            RopeScalingKind.LLAMA3,
-            factor=float(spec["factor"]),
-            low_freq_factor=float(spec["low_freq_factor"]),
-            high_freq_factor=float(spec["high_freq_factor"]),
-            original_max_position_embeddings=int(spec["original_max_position_embeddings"]),
-        )
+    where = ConfigFields(spec, f"{fields.source} rope scaling")
+    try:
+        if kind == "linear":
+            return theta, RopeScaling(RopeScalingKind.LINEAR, factor=where.number("factor"))
+        if kind == "llama3":
+            return theta, RopeScaling(
+                RopeScalingKind.LLAMA3,
+                factor=where.number("factor"),
+                low_freq_factor=where.number("low_freq_factor"),
+                high_freq_factor=where.number("high_freq_factor"),
+                original_max_position_embeddings=where.integer(
+                    "original_max_position_embeddings", maximum=_MAX_POSITIONS
+                ),
+            )
+    except ValueError as error:
+        if isinstance(error, InvalidConfigError):
+            raise
+        raise InvalidConfigError(f"{fields.source}: {error}") from error
     raise UnsupportedModelError(
         f"rope scaling type {kind!r} is not supported; supported: default, linear, llama3"
     )
 
 
-def _gguf_rope(reader: Any, arch: str, value: Any) -> RopeScaling:
+def _gguf_rope(reader: Any, arch: str, fields: ConfigFields) -> RopeScaling:
     for tensor in reader.tensors:
         if tensor.name == "rope_freqs.weight":  # Llama 3.1+ GGUFs store the divisors
-            return RopeScaling(
-                RopeScalingKind.FREQUENCY_FACTORS,
-                frequency_factors=tuple(float(x) for x in tensor.data.reshape(-1)),
-            )
-    kind = value(f"{arch}.rope.scaling.type", "none")
+            factors = tuple(float(x) for x in tensor.data.reshape(-1))
+            if not factors or not all(math.isfinite(x) and x > 0 for x in factors):
+                raise InvalidConfigError(
+                    f"{fields.source}: rope_freqs.weight must hold positive finite divisors"
+                )
+            return RopeScaling(RopeScalingKind.FREQUENCY_FACTORS, frequency_factors=factors)
+    kind = fields.text(f"{arch}.rope.scaling.type", "none")
     if kind == "none":
         return RopeScaling()
     if kind == "linear":
-        factor = float(value(f"{arch}.rope.scaling.factor"))
-        return RopeScaling(RopeScalingKind.LINEAR, factor=factor)
+        return RopeScaling(
+            RopeScalingKind.LINEAR, factor=fields.number(f"{arch}.rope.scaling.factor")
+        )
     raise UnsupportedModelError(
         f"GGUF rope scaling type {kind!r} is not supported; supported: none, linear, "
         "rope_freqs tensor"

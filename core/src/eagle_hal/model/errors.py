@@ -5,6 +5,10 @@ Every message names the file or tensor involved and says what to do. The hierarc
     EagleHalError
     └── ModelLoadError
         ├── ModelFileNotFound (also a FileNotFoundError)   a file or directory is missing
+        ├── CorruptFileError                               a file is unreadable, truncated or
+        │                                                  malformed, or its header lies
+        ├── InvalidConfigError (also a ValueError)         a config value has the wrong type
+        │                                                  or lies outside its range
         ├── UnsupportedModelError                          architecture/feature not supported
         ├── TensorShapeMismatch                            a tensor's shape is not the model's
         ├── MissingTensorsError                            the checkpoint lacks tensors
@@ -18,6 +22,8 @@ from collections.abc import Iterable
 from eagle_hal.errors import EagleHalError
 
 __all__ = [
+    "CorruptFileError",
+    "InvalidConfigError",
     "MissingTensorsError",
     "ModelFileNotFound",
     "ModelLoadError",
@@ -42,6 +48,18 @@ class ModelLoadError(EagleHalError):
 
 class ModelFileNotFound(ModelLoadError, FileNotFoundError):
     """A model file or directory does not exist, or lacks a file it needs."""
+
+
+class CorruptFileError(ModelLoadError):
+    """A model, head or tokenizer file cannot be read as what it claims to be: unreadable,
+    empty, truncated, not valid UTF-8/JSON, or a header whose sizes and offsets do not fit
+    the file."""
+
+
+class InvalidConfigError(ModelLoadError, ValueError):
+    """A configuration value (config.json key or GGUF metadata) has the wrong type, lies
+    outside its range, or describes a model larger than the weights that come with it.
+    Also a ``ValueError``, the type of ``ModelConfig``'s own geometry checks."""
 
 
 class UnsupportedModelError(ModelLoadError):

@@ -28,16 +28,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from eagle_hal.model.config import ModelConfig, RopeScalingKind
+from eagle_hal.model.config import ConfigFields, ModelConfig, RopeScalingKind
 from eagle_hal.model.eagle import Eagle1DraftModel, Eagle3DraftModel, EagleDraftModel
 from eagle_hal.model.errors import (
+    InvalidConfigError,
+    MissingTensorsError,
     ModelFileNotFound,
     TensorShapeMismatch,
     UnsupportedModelError,
 )
 from eagle_hal.model.llama import LlamaForCausalLM
-from eagle_hal.model.loading.hf import iter_safetensors, read_json, safetensors_files
-from eagle_hal.model.weights import load_named_tensors
+from eagle_hal.model.loading.hf import (
+    iter_safetensors,
+    read_json,
+    safetensors_files,
+    safetensors_tensors,
+)
+from eagle_hal.model.weights import check_fits, load_named_tensors
 
 __all__ = [
     "EagleVariant",
@@ -79,40 +86,56 @@ def load_eagle_head(
     dtype: torch.dtype | None = None,
 ) -> EagleDraftModel:
     """Load an EAGLE-1 or EAGLE-3 head for ``target`` (on the target's device; ``dtype``
-    defaults to the target's). Raises ``ModelFileNotFound``, ``UnsupportedModelError``,
+    defaults to the target's). Raises ``ModelFileNotFound``, ``CorruptFileError``
+    (unreadable or malformed files), ``InvalidConfigError`` (config values of the wrong
+    type or range, or more parameters than the weights hold), ``UnsupportedModelError``,
     ``TensorShapeMismatch``, ``MissingTensorsError`` or ``UnexpectedTensorsError``."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelFileNotFound(f"EAGLE head directory {directory} does not exist")
-    raw = read_json(directory / "config.json")
+    config_path = directory / "config.json"
+    raw = read_json(config_path)
+    fields = ConfigFields(raw, str(config_path))
     files = safetensors_files(directory)
-    shapes = _tensor_shapes(files)
-    variant = detect_eagle_variant(shapes)
+    held = safetensors_tensors(files)
+    variant = detect_eagle_variant(held)
     rename = _eagle3_rename if variant is EagleVariant.EAGLE3 else (lambda name: name)
-    shapes = {rename(name): shape for name, shape in shapes.items()}
+    shapes = {rename(name): tensor.shape for name, tensor in held.items()}
     prefix = "midlayer" if variant is EagleVariant.EAGLE3 else "layers.0"
     config = dataclasses.replace(
-        ModelConfig.from_hf_config(raw, architecture="llama"),
-        num_layers=_eagle1_layer_count(shapes, raw, directory)
+        ModelConfig.from_hf_config(raw, architecture="llama", source=str(config_path)),
+        num_layers=_eagle1_layer_count(shapes, fields, directory)
         if variant is EagleVariant.EAGLE1 else 1,
         vocab_size=target.config.vocab_size,
         attention_bias=f"{prefix}.self_attn.q_proj.bias" in shapes,
         attention_out_bias=f"{prefix}.self_attn.o_proj.bias" in shapes,
     )
-    head: EagleDraftModel
-    if variant is EagleVariant.EAGLE1:
-        head = Eagle1DraftModel(config, target, fc_bias="fc.bias" in shapes, dtype=dtype)
-    else:
-        head = Eagle3DraftModel(
-            config,
-            target,
-            draft_vocab_size=int(raw.get("draft_vocab_size") or target.config.vocab_size),
-            target_hidden_size=raw.get("target_hidden_size"),
-            aux_layers=_eagle3_aux_layers(raw),
-            norm_before_residual=bool(raw.get("norm_before_residual", False)),
-            dtype=dtype,
-        )
     source = str(directory)
+    draft_vocab = fields.integer("draft_vocab_size", None) or target.config.vocab_size
+    target_hidden = fields.integer("target_hidden_size", None)
+    check_fits(
+        _head_parameters(config, variant, draft_vocab, target_hidden or target.config.hidden_size),
+        sum(tensor.numel for tensor in held.values()),
+        source,
+    )
+    head: EagleDraftModel
+    try:
+        if variant is EagleVariant.EAGLE1:
+            head = Eagle1DraftModel(config, target, fc_bias="fc.bias" in shapes, dtype=dtype)
+        else:
+            head = Eagle3DraftModel(
+                config,
+                target,
+                draft_vocab_size=draft_vocab,
+                target_hidden_size=target_hidden,
+                aux_layers=_eagle3_aux_layers(fields, target),
+                norm_before_residual=fields.flag("norm_before_residual", False),
+                dtype=dtype,
+            )
+    except ValueError as error:
+        if isinstance(error, InvalidConfigError):
+            raise
+        raise InvalidConfigError(f"{config_path}: {error}") from error
     embedding: list[torch.Tensor] = []
 
     def tensors() -> Iterator[tuple[str, torch.Tensor]]:
@@ -134,43 +157,69 @@ def load_eagle_head(
 
 
 def _eagle1_layer_count(
-    shapes: dict[str, tuple[int, ...]], raw: dict[str, Any], directory: Path
+    shapes: dict[str, tuple[int, ...]], fields: ConfigFields, directory: Path
 ) -> int:
     """How many decoder layers an EAGLE-1 checkpoint holds: one past the highest
-    ``layers.<i>.`` index (a gap shows up as missing tensors when the head loads). The
+    ``layers.<i>.`` index (a gap raises ``MissingTensorsError``). The
     tensors decide; a config.json ``num_hidden_layers`` that says otherwise (some exports
     copy the target's) is reported with a warning."""
     indices = [int(m.group(1)) for m in map(_LAYER_NAME.match, shapes) if m is not None]
     count = max(indices) + 1
-    stated = raw.get("num_hidden_layers")
-    if stated is not None and int(stated) != count:
+    if count > len(shapes):  # every layer needs tensors of its own
+        raise InvalidConfigError(
+            f"EAGLE-1 head {directory} names layer {count - 1} but holds only "
+            f"{len(shapes)} tensors"
+        )
+    stated = fields.integer("num_hidden_layers", None)
+    if stated is not None and stated != count:
         warnings.warn(
             f"EAGLE-1 head {directory}: config.json says num_hidden_layers = {stated}, but "
             f"its tensors hold {count} layer(s) (layers.0 .. layers.{count - 1}); loading "
             f"{count}",
             stacklevel=3,
         )
+    absent = set(range(count)) - set(indices)
+    if absent:
+        # reported before the head is allocated: a gap would otherwise size the head by
+        # its highest index, whatever the file holds
+        last = f"layers.{count - 1}."
+        parts = [name[len(last):] for name in shapes if name.startswith(last)]
+        raise MissingTensorsError(
+            {f"layers.{i}.{part}" for i in absent for part in parts}, str(directory)
+        )
     return count
 
 
-def _tensor_shapes(files: list[Path]) -> dict[str, tuple[int, ...]]:
-    from safetensors import safe_open
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for path in files:
-        with safe_open(str(path), framework="pt") as handle:
-            for name in handle.keys():  # noqa: SIM118
-                shapes[name] = tuple(handle.get_slice(name).get_shape())
-    return shapes
+def _head_parameters(
+    config: ModelConfig, variant: EagleVariant, draft_vocab: int, target_hidden: int
+) -> int:
+    """A lower bound on the values a head of ``config`` loads from its checkpoint (norms,
+    biases and the optional vocabulary maps left out)."""
+    h, q = config.hidden_size, config.num_heads * config.head_dim
+    kv = config.num_kv_heads * config.head_dim
+    mlp = 3 * h * config.intermediate_size
+    if variant is EagleVariant.EAGLE1:
+        return 2 * h * h + config.num_layers * (2 * h * q + 2 * h * kv + mlp)
+    return 3 * target_hidden * h + 2 * h * q + 4 * h * kv + q * h + mlp + draft_vocab * h
 
 
 def _eagle3_rename(name: str) -> str:
     return "midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name
 
 
-def _eagle3_aux_layers(raw: dict[str, Any]) -> tuple[int, ...] | None:
-    ids = (raw.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    return None if not ids else tuple(int(i) + 1 for i in ids)
+def _eagle3_aux_layers(fields: ConfigFields, target: LlamaForCausalLM) -> tuple[int, ...] | None:
+    ids = fields.mapping("eagle_config").get("eagle_aux_hidden_state_layer_ids")
+    if not ids:
+        return None
+    layers = target.config.num_layers
+    if not isinstance(ids, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in ids
+    ):
+        raise InvalidConfigError(
+            f"{fields.source}: eagle_config.eagle_aux_hidden_state_layer_ids must list "
+            f"target layers in [0, {layers}), got {ids!r}"
+        )
+    return tuple(i + 1 for i in ids)
 
 
 def _adopt_embedding(head: EagleDraftModel, weight: torch.Tensor, source: str) -> None:

@@ -22,7 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from eagle_hal.model.errors import ModelFileNotFound, ModelLoadError, UnsupportedModelError
+from eagle_hal.model.errors import (
+    CorruptFileError,
+    InvalidConfigError,
+    ModelFileNotFound,
+    ModelLoadError,
+    UnsupportedModelError,
+)
 
 __all__ = ["IncrementalDecoder", "Tokenizer"]
 
@@ -67,68 +73,88 @@ class Tokenizer:
         directory = Path(directory)
         settings = _read_optional_json(directory / "tokenizer_config.json")
         if (directory / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer as Backend
-
-            backend = Backend.from_file(str(directory / "tokenizer.json"))
+            backend = _tokenizer_json(directory / "tokenizer.json")
         else:
             backend = _converted_by_transformers(directory)
         bos, eos = _token_text(settings.get("bos_token")), _token_text(settings.get("eos_token"))
         ids = list(eos_token_ids)
-        generation_eos = _read_optional_json(directory / "generation_config.json").get(
-            "eos_token_id"
-        )
-        ids += generation_eos if isinstance(generation_eos, list) else (
+        generation = directory / "generation_config.json"
+        generation_eos = _read_optional_json(generation).get("eos_token_id")
+        extra = generation_eos if isinstance(generation_eos, list) else (
             [] if generation_eos is None else [generation_eos]
         )
+        if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in extra):
+            raise InvalidConfigError(
+                f"{generation}: eos_token_id must be a token id or a list of them, "
+                f"got {generation_eos!r}"
+            )
+        ids += extra
         if eos is not None and backend.token_to_id(eos) is not None:
             ids.append(backend.token_to_id(eos))
         template_file = directory / "chat_template.jinja"
         template = (
-            template_file.read_text(encoding="utf-8")
+            _read_text(template_file)
             if template_file.is_file()
-            else _named_template(settings.get("chat_template"))
+            else _named_template(settings.get("chat_template"), directory)
         )
         return cls(backend, eos_token_ids=ids, bos_token=bos, eos_token=eos, chat_template=template)
 
     @classmethod
-    def from_gguf(cls, reader: Any) -> Tokenizer:
-        """Rebuild the tokenizer stored in a ``gguf.GGUFReader``'s metadata. Raises
-        ``UnsupportedModelError`` for tokenizer models other than GPT-2-style BPE."""
-        fields = reader.fields
-
-        def value(key: str, default: Any = None) -> Any:
-            field = fields.get(key)
-            return default if field is None else field.contents()
-
-        kind = value("tokenizer.ggml.model")
+    def from_gguf(cls, reader: Any, source: str | None = None) -> Tokenizer:
+        """Rebuild the tokenizer stored in a ``gguf.GGUFReader``'s metadata (``source``
+        names the file in messages; the reader's own path by default). Raises
+        ``UnsupportedModelError`` for tokenizer models other than GPT-2-style BPE and
+        ``InvalidConfigError`` / ``CorruptFileError`` for missing, ill-typed or
+        unreadable tokenizer metadata."""
+        if source is None:
+            source = str(getattr(getattr(reader, "data", None), "filename", None) or "GGUF file")
+        metadata = _GGUFTokenizerFields(reader.fields, source)
+        kind = metadata.value("tokenizer.ggml.model")
         if kind != "gpt2":
             raise UnsupportedModelError(
                 f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2'); "
                 "load the model from a Hugging Face directory instead"
             )
-        tokens: list[str] = value("tokenizer.ggml.tokens")
-        merges: list[str] = value("tokenizer.ggml.merges", [])
-        token_types: list[int] = value("tokenizer.ggml.token_type", [1] * len(tokens))
-        pre = value("tokenizer.ggml.pre", "default")
-        backend = _byte_level_bpe(tokens, merges, token_types, pre)
-        bos_id, eos_id = value("tokenizer.ggml.bos_token_id"), value("tokenizer.ggml.eos_token_id")
+        tokens: list[str] = metadata.strings("tokenizer.ggml.tokens", required=True)
+        merges: list[str] = metadata.strings("tokenizer.ggml.merges")
+        if not all(" " in merge for merge in merges):
+            raise metadata.bad("tokenizer.ggml.merges", "pairs of tokens separated by a space")
+        token_types = metadata.value("tokenizer.ggml.token_type", [1] * len(tokens))
+        if not isinstance(token_types, list) or not all(isinstance(t, int) for t in token_types):
+            raise metadata.bad("tokenizer.ggml.token_type", "a list of integers")
+        pre = metadata.value("tokenizer.ggml.pre", "default")
+        if not isinstance(pre, str):
+            raise metadata.bad("tokenizer.ggml.pre", "a string")
+        try:
+            backend = _byte_level_bpe(tokens, merges, token_types, pre)
+        except ModelLoadError:
+            raise
+        except Exception as error:  # the tokenizers library raises plain Exceptions
+            raise CorruptFileError(
+                f"{source}: the tokenizer cannot be built from its metadata: {error}"
+            ) from error
+        bos_id = metadata.token_id("tokenizer.ggml.bos_token_id", len(tokens))
+        eos_id = metadata.token_id("tokenizer.ggml.eos_token_id", len(tokens))
         bos = tokens[bos_id] if bos_id is not None else None
-        if bos is not None and value("tokenizer.ggml.add_bos_token", False):
+        if bos is not None and metadata.value("tokenizer.ggml.add_bos_token", False) is True:
             from tokenizers import processors
 
             backend.post_processor = processors.TemplateProcessing(
                 single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 $B:1", special_tokens=[(bos, bos_id)]
             )
         eos_ids = [eos_id] if eos_id is not None else []
-        eot_id = value("tokenizer.ggml.eot_token_id")
+        eot_id = metadata.token_id("tokenizer.ggml.eot_token_id", len(tokens))
         if eot_id is not None:
             eos_ids.append(eot_id)
+        template = metadata.value("tokenizer.chat_template")
+        if template is not None and not isinstance(template, str):
+            raise metadata.bad("tokenizer.chat_template", "a string")
         return cls(
             backend,
             eos_token_ids=eos_ids,
             bos_token=bos,
             eos_token=tokens[eos_id] if eos_id is not None else None,
-            chat_template=value("tokenizer.chat_template"),
+            chat_template=template,
         )
 
     # -- text <-> ids ----------------------------------------------------------------------
@@ -217,26 +243,94 @@ class IncrementalDecoder:
 
 
 def _read_optional_json(path: Path) -> dict[str, Any]:
+    """A JSON object file, or ``{}`` when there is none; ``CorruptFileError`` (naming the
+    file) when it is unreadable, not UTF-8, not JSON or not an object."""
     if not path.is_file():
         return {}
+    from eagle_hal.model.loading.hf import read_json
+
+    return read_json(path)
+
+
+def _read_text(path: Path) -> str:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ModelLoadError(f"{path} is not valid JSON: {error}") from error
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise CorruptFileError(f"{path} is not UTF-8 text: {error}") from error
+    except OSError as error:
+        raise CorruptFileError(f"{path} cannot be read: {error}") from error
+
+
+def _tokenizer_json(path: Path) -> Any:
+    from tokenizers import Tokenizer as Backend
+
+    try:
+        return Backend.from_file(str(path))
+    except Exception as error:  # the tokenizers library raises plain Exceptions
+        raise CorruptFileError(f"{path} is not a readable tokenizer.json: {error}") from error
 
 
 def _token_text(token: Any) -> str | None:
     if isinstance(token, dict):
-        return token.get("content")
+        content = token.get("content")
+        return content if isinstance(content, str) else None
     return token if isinstance(token, str) else None
 
 
-def _named_template(template: Any) -> str | None:
+def _named_template(template: Any, directory: Path) -> str | None:
     """tokenizer_config's chat_template: a string, or a list of {name, template}."""
     if isinstance(template, list):
+        if not all(isinstance(entry, dict) for entry in template):
+            raise InvalidConfigError(
+                f"{directory / 'tokenizer_config.json'}: chat_template must be a string or a "
+                "list of {name, template} objects"
+            )
         by_name = {entry.get("name"): entry.get("template") for entry in template}
-        return by_name.get("default") or next(iter(by_name.values()), None)
+        template = by_name.get("default") or next(iter(by_name.values()), None)
+    if template is not None and not isinstance(template, str):
+        raise InvalidConfigError(
+            f"{directory / 'tokenizer_config.json'}: chat_template must be a string"
+        )
     return template
+
+
+class _GGUFTokenizerFields:
+    """Typed reads of a GGUF reader's ``tokenizer.*`` fields, each failure naming the file."""
+
+    def __init__(self, fields: Any, source: str) -> None:
+        self.fields, self.source = fields, source
+
+    def bad(self, key: str, wanted: str) -> InvalidConfigError:
+        return InvalidConfigError(f"{self.source}: metadata {key!r} must be {wanted}")
+
+    def value(self, key: str, default: Any = None) -> Any:
+        field = self.fields.get(key)
+        if field is None:
+            return default
+        try:
+            return field.contents()
+        except (UnicodeDecodeError, IndexError, ValueError, TypeError) as error:
+            raise CorruptFileError(
+                f"{self.source}: metadata {key!r} cannot be read: {error}"
+            ) from error
+
+    def strings(self, key: str, required: bool = False) -> list[str]:
+        value = self.value(key)
+        if value is None and not required:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.bad(key, "a list of strings")
+        if required and not value:
+            raise self.bad(key, "a non-empty list of strings")
+        return value
+
+    def token_id(self, key: str, vocab: int) -> int | None:
+        value = self.value(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab:
+            raise self.bad(key, f"a token id in [0, {vocab})")
+        return value
 
 
 def _converted_by_transformers(directory: Path) -> Any:
@@ -253,6 +347,10 @@ def _converted_by_transformers(directory: Path) -> Any:
         converted = AutoTokenizer.from_pretrained(str(directory), use_fast=True)
     except (OSError, ValueError) as error:
         raise ModelFileNotFound(f"no usable tokenizer in {directory}: {error}") from error
+    except Exception as error:  # converters fail on malformed files with any type
+        raise CorruptFileError(
+            f"the tokenizer files in {directory} cannot be read: {error}"
+        ) from error
     return converted.backend_tokenizer
 
 
