@@ -11,7 +11,8 @@ layers (EAGLE-3's features).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 import torch
@@ -20,12 +21,13 @@ from torch import nn
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.errors import InvalidConfigError
 from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding, lm_head_logits
-from eagle_hal.model.weights import load_named_tensors
+from eagle_hal.model.weights import check_fits, load_named_tensors
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
-__all__ = ["LlamaForCausalLM", "ModelOutput"]
+__all__ = ["LlamaForCausalLM", "ModelOutput", "check_llama_checkpoint"]
 
 
 def _stream(hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
@@ -156,3 +158,26 @@ class LlamaForCausalLM(nn.Module):
             return name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight")
 
         load_named_tensors(self, tensors, source, skip=skip)
+
+
+def check_llama_checkpoint(
+    config: ModelConfig, shapes: Mapping[str, tuple[int, ...]], source: str
+) -> None:
+    """Check, before a ``LlamaForCausalLM`` of ``config`` is allocated, that a checkpoint
+    whose headers declare ``shapes`` (Hugging Face names) fills it: the model is built on
+    the meta device and loaded with meta tensors of those shapes, which raises exactly
+    the errors the real load would (``TensorShapeMismatch``, ``MissingTensorsError``,
+    ``UnexpectedTensorsError``) while allocating nothing. Raises ``InvalidConfigError``
+    when the config's layer count or head size alone exceed what the checkpoint could hold,
+    since even the meta build scales with those."""
+    held = sum(math.prod(shape) for shape in shapes.values())
+    if config.num_layers > len(shapes) or config.head_dim > held:
+        raise InvalidConfigError(
+            f"the config of {source} describes {config.num_layers} layers of head size "
+            f"{config.head_dim}, more than its {len(shapes)} tensors can hold"
+        )
+    model = LlamaForCausalLM(config, device="meta")
+    model.load_weights(
+        ((name, torch.empty(shape, device="meta")) for name, shape in shapes.items()), source
+    )
+    check_fits(config.num_parameters, held, source)

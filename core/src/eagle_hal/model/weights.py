@@ -5,17 +5,15 @@ model is filled without holding a second copy of every weight. Each tensor is ch
 against the parameter or buffer of the same name: an unknown name, a wrong shape or a
 missing tensor raises the specific ``ModelLoadError`` naming it.
 
-Before a model is allocated, ``check_llama_checkpoint`` runs those checks against the
-shapes the checkpoint's validated headers declare, and ``check_fits`` compares the values
-a config implies with the values the files hold: a config (or a lying header) cannot make a
-loader allocate more parameters than the files could ever fill.
+Before a model is allocated, ``check_fits`` compares the values a config implies with the
+values the files hold (``model.llama.check_llama_checkpoint`` also runs the name and shape
+checks on the headers' shapes): a config (or a lying header) cannot make a loader allocate
+more parameters than the files could ever fill.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -27,35 +25,7 @@ from eagle_hal.model.errors import (
     UnexpectedTensorsError,
 )
 
-if TYPE_CHECKING:
-    from eagle_hal.model.config import ModelConfig
-
-__all__ = ["check_fits", "check_llama_checkpoint", "load_named_tensors"]
-
-
-def check_llama_checkpoint(
-    config: ModelConfig, shapes: Mapping[str, tuple[int, ...]], source: str
-) -> None:
-    """Check, before a ``LlamaForCausalLM`` of ``config`` is allocated, that a checkpoint
-    whose headers declare ``shapes`` (Hugging Face names) fills it: the model is built on
-    the meta device and loaded with meta tensors of those shapes, which raises exactly
-    the errors the real load would (``TensorShapeMismatch``, ``MissingTensorsError``,
-    ``UnexpectedTensorsError``) while allocating nothing. Raises ``InvalidConfigError``
-    when the config's layer count or head size alone exceed what the checkpoint could hold,
-    since even the meta build scales with those."""
-    from eagle_hal.model.llama import LlamaForCausalLM
-
-    held = sum(math.prod(shape) for shape in shapes.values())
-    if config.num_layers > len(shapes) or config.head_dim > held:
-        raise InvalidConfigError(
-            f"the config of {source} describes {config.num_layers} layers of head size "
-            f"{config.head_dim}, more than its {len(shapes)} tensors can hold"
-        )
-    model = LlamaForCausalLM(config, device="meta")
-    model.load_weights(
-        ((name, torch.empty(shape, device="meta")) for name, shape in shapes.items()), source
-    )
-    check_fits(config.num_parameters, held, source)
+__all__ = ["check_fits", "load_named_tensors"]
 
 
 def check_fits(needed: int, held: int, source: str) -> None:

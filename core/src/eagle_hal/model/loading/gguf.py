@@ -31,8 +31,7 @@ from eagle_hal.model.errors import (
     ModelLoadError,
     UnsupportedModelError,
 )
-from eagle_hal.model.llama import LlamaForCausalLM
-from eagle_hal.model.weights import check_llama_checkpoint
+from eagle_hal.model.llama import LlamaForCausalLM, check_llama_checkpoint
 
 __all__ = [
     "check_gguf_layout",

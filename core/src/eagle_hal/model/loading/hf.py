@@ -25,8 +25,7 @@ import torch
 
 from eagle_hal.model.config import ModelConfig
 from eagle_hal.model.errors import CorruptFileError, ModelFileNotFound, ModelLoadError
-from eagle_hal.model.llama import LlamaForCausalLM
-from eagle_hal.model.weights import check_llama_checkpoint
+from eagle_hal.model.llama import LlamaForCausalLM, check_llama_checkpoint
 
 __all__ = [
     "SafetensorsTensor",
