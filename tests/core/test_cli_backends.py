@@ -23,6 +23,7 @@ JSON_KEYS = {
     "device_types",
     "api_version",
     "available",
+    "status",
     "reason",
     "capabilities",
 }
@@ -62,12 +63,13 @@ def test_json_lists_every_backend_with_specific_reasons(default_registry_env, ca
         assert set(entry) == JSON_KEYS
     cpu = listed["cpu"]
     assert cpu["available"] is True and cpu["distribution"] == "eagle-hal"
+    assert cpu["status"] == "available"
     assert cpu["capabilities"]["distributed_backend"] == "gloo"
     if torch.accelerator.is_available():
         pytest.skip("the vendor reasons below describe a machine without accelerators")
     for vendor in VENDORS:
         entry = listed[vendor]
-        assert entry["available"] is False
+        assert entry["available"] is False and entry["status"] == "unavailable"
         assert _expected_reason_fragment(vendor) in entry["reason"]
         assert entry["distribution"] == f"eagle-hal-{vendor}"
         assert entry["version"] == metadata.version(f"eagle-hal-{vendor}")
@@ -95,8 +97,9 @@ def test_table_shows_status_reasons_and_capabilities(default_registry_env, capsy
         assert collective in out
 
 
-def test_user_errors_become_one_line_and_status_1(default_registry_env, capsys, monkeypatch):
-    """An EagleHalError from a command prints a message, not a traceback, and returns 1."""
+def test_user_errors_become_one_line_and_status_3(default_registry_env, capsys, monkeypatch):
+    """A BackendUnavailable from a command prints a message, not a traceback, and returns 3
+    (the exit status of an unusable backend)."""
     from eagle_hal.commands import backends
     from eagle_hal.errors import BackendUnavailable
 
@@ -104,7 +107,7 @@ def test_user_errors_become_one_line_and_status_1(default_registry_env, capsys, 
         raise BackendUnavailable("no backend for you")
 
     monkeypatch.setattr(backends, "run", failing_run)
-    assert cli.main(["backends"]) == 1
+    assert cli.main(["backends"]) == 3
     assert "BackendUnavailable: no backend for you" in capsys.readouterr().err
 
 

@@ -291,11 +291,14 @@ def test_an_llm_takes_a_backend_already_selected_on_its_own_device() -> None:
     """``LLM(backend=<Backend>)`` uses the instance as is (``generate`` and ``bench`` select
     once); a device string naming another device is refused before anything loads."""
     from eagle_hal.api import LLM, _given_backend
+    from eagle_hal.errors import InvalidArgument
     from eagle_hal.registry import select_backend
 
     cpu = select_backend("cpu")
-    for device in ("auto", "cpu"):
+    # compared parsed: every spelling parse_device accepts for the CPU names this backend
+    for device in ("auto", "cpu", "CPU", " cpu", "cpu:0", " Cpu:0 ", "AUTO"):
         assert _given_backend(cpu, device) is cpu
     assert _given_backend("cpu", "cpu") is None and _given_backend(None, "auto") is None
-    with pytest.raises(ValueError, match=r"device 'cuda:0' does not match .*cpu"):
-        LLM(draft=None, device="cuda:0", backend=cpu)
+    for other in ("cuda:0", "CUDA:0", "rocm:0", "hip:0", "npu"):
+        with pytest.raises(InvalidArgument, match=rf"device={other!r} .*cpu on cpu"):
+            LLM(draft=None, device=other, backend=cpu)

@@ -146,17 +146,18 @@ def test_a_plugin_declares_its_own_and_cannot_redeclare_another(monkeypatch):
 
 
 def test_errors_are_one_line_unless_debugging(monkeypatch, capsys):
-    """A user error is one line on stderr (status 1); EAGLE_HAL_DEBUG=1 lets it raise with
-    its traceback; a value EAGLE_HAL_DEBUG does not allow is reported and counts as off."""
+    """A user error is one line on stderr (status 2, a bad device string); EAGLE_HAL_DEBUG=1
+    lets it raise with its traceback; a value EAGLE_HAL_DEBUG does not allow is reported and
+    counts as off."""
     argv = ["generate", "--device", "quantum:0", "--prompt", "hi"]
     monkeypatch.delenv("EAGLE_HAL_DEBUG", raising=False)
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "quantum:0" in err and "Traceback" not in err
     monkeypatch.setenv("EAGLE_HAL_DEBUG", "1")
     with pytest.raises(ValueError, match="quantum:0"):
         main(argv)
     monkeypatch.setenv("EAGLE_HAL_DEBUG", "maybe")
-    assert main(argv) == 1
+    assert main(argv) == 2
     err = capsys.readouterr().err
     assert "EAGLE_HAL_DEBUG='maybe'" in err and "quantum:0" in err

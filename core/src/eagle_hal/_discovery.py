@@ -41,6 +41,20 @@ class PluginStatus(enum.Enum):
     NOT_ALLOWED = "not allowed"  # absent from EAGLE_HAL_PLUGINS; never imported
 
 
+# ``eagle-hal backends --json``'s ``status``: the statuses a script needs to tell apart.
+JSON_STATUS: dict[PluginStatus, str] = {
+    PluginStatus.AVAILABLE: "available",
+    PluginStatus.UNAVAILABLE: "unavailable",
+    PluginStatus.NOT_PROBED: "unavailable",  # listing probes every backend; kept for safety
+    PluginStatus.LOAD_ERROR: "load_error",
+    PluginStatus.PROBE_ERROR: "load_error",
+    PluginStatus.INCOMPATIBLE_API: "load_error",
+    PluginStatus.CONFLICT: "conflict",
+    PluginStatus.BLOCKED: "blocked",
+    PluginStatus.NOT_ALLOWED: "blocked",
+}
+
+
 def api_compatible(plugin: tuple[int, int], core: tuple[int, int] = API_VERSION) -> bool:
     """The rule of ``eagle_hal.backend.API_VERSION``: same major, plugin minor <= core's."""
     return plugin[0] == core[0] and plugin[1] <= core[1]
@@ -78,6 +92,7 @@ class BackendInfo:
             "device_types": list(self.device_types),
             "api_version": _api_string(self.api_version),
             "available": self.available,
+            "status": JSON_STATUS[self.status],
             "reason": self.reason,
             "capabilities": None if self.capabilities is None else self.capabilities.as_dict(),
         }

@@ -17,14 +17,16 @@ from typing import Any
 import torch
 
 from eagle_hal.backend import Backend
+from eagle_hal.device import parse_device
 from eagle_hal.engine.engine import Engine
 from eagle_hal.engine.request import RequestOutput, SamplingParams, StreamDelta
 from eagle_hal.engine.runner import CacheConfig, ModelRunner
 from eagle_hal.engine.scheduler import Scheduler, SchedulerConfig
-from eagle_hal.errors import EagleHalError
+from eagle_hal.errors import EagleHalError, InvalidArgument
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.worker import EagleWorker
+from eagle_hal.validation import check_choice, check_optional_int, check_positive_int
 
 __all__ = ["LLM", "Prompt", "PromptTooLong"]
 
@@ -84,6 +86,13 @@ class LLM:
         from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
         from eagle_hal.registry import select_backend
 
+        _check_engine_arguments(max_batch_size=max_batch_size, max_context=max_context,
+                                kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed)
+        check_choice("graphs", graphs, (True, False, "auto"))
+        if dtype is not None and not isinstance(dtype, torch.dtype):
+            check_choice("dtype", dtype, tuple(_DTYPES))
+        if not isinstance(device, str):
+            parse_device(device)  # InvalidDeviceString naming what a device is
         draft_path = default_draft_path(model) if draft == "default" else draft
         vocabulary.require_file(draft_path, draft_vocab)  # a bad size fails before anything loads
         selected = _given_backend(backend, device) or select_backend(device, backend=backend)
@@ -132,6 +141,9 @@ class LLM:
         so that these callers measure one setting everywhere; ``LLM(...)`` defaults to the
         backend's ``default_spec()`` instead. ``min_admit``: see ``SchedulerConfig.min_admit``;
         ``model_kernels``: as for ``LLM``."""
+        _check_engine_arguments(max_batch_size=max_batch_size, max_context=max_context,
+                                kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed)
+        check_positive_int("min_admit", min_admit)
         llm = cls.__new__(cls)
         llm._setup(
             backend, target, draft, tokenizer, spec or SpecConfig(), target.dtype,
@@ -326,15 +338,37 @@ def _as_prompt_list(prompts: Any) -> list[Prompt]:
     return items
 
 
+def _check_engine_arguments(*, max_batch_size: Any, max_context: Any, kv_cache_tokens: Any,
+                            page_size: Any, seed: Any) -> None:
+    """``InvalidArgument`` for an engine size or seed no engine could take, raised before
+    anything is selected or loaded."""
+    check_positive_int("max_batch_size", max_batch_size)
+    check_positive_int("max_context", max_context)
+    if kv_cache_tokens is not None:
+        check_positive_int("kv_cache_tokens", kv_cache_tokens)
+    check_positive_int("page_size", page_size)
+    check_optional_int("seed", seed, high=2**63 - 1, meaning="or None for a fresh one")
+
+
 def _given_backend(backend: str | Backend | None, device: str) -> Backend | None:
     """``backend`` when it is a ``Backend`` already selected (``None`` for a name or none);
-    ``ValueError`` where ``device`` names another device than the one it runs on."""
+    ``ValueError`` where ``device`` names another device than the one it runs on.
+
+    The two are compared parsed, never as text: ``"CPU"``, ``" cpu"`` and ``"cpu:0"`` all
+    name the CPU, and ``"rocm:0"`` / ``"hip:0"`` name the torch device ``cuda:0``."""
     if not isinstance(backend, Backend):
         return None
     own = backend.torch_device
-    if device not in ("auto", str(own), own.type):
-        raise ValueError(f"device {device!r} does not match the backend given "
-                         f"({backend.name} on {own})")
+    spec = parse_device(device, extra_kinds=(own.type,))
+    if spec.is_auto:
+        return backend
+    same_index = spec.index is None or own.index is None or spec.index == own.index
+    if own.index is None and spec.index not in (None, 0):
+        same_index = False
+    if spec.torch_type != own.type or not same_index:
+        raise InvalidArgument("device", device,
+                              f"the device of the backend given ({backend.name} on {own}), "
+                              "or 'auto'")
     return backend
 
 

@@ -3,6 +3,16 @@
 Each command module provides ``add_arguments(parser)`` and ``run(args) -> int``. Only the
 module of the command being run is imported, so ``eagle-hal backends`` never pays for the
 imports of ``generate``. Adding a command is one line in ``COMMANDS``.
+
+Errors are one line on stderr, ``eagle-hal COMMAND: error: TYPE: MESSAGE``, and no
+traceback unless ``--debug`` or ``EAGLE_HAL_DEBUG=1`` asks for one. The exit status says
+which kind of error it was (``exit_status``, the table README.md documents)::
+
+    0  success
+    1  anything else: a failed run, a missing model, a bug
+    2  invalid arguments, and input files that cannot be read or hold nothing usable
+       (argparse's usage errors exit 2 too)
+    3  no usable backend: BackendUnavailable, PluginLoadError and its subclasses
 """
 
 from __future__ import annotations
@@ -14,7 +24,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+__all__ = [
+    "COMMANDS",
+    "EXIT_BACKEND",
+    "EXIT_FAILURE",
+    "EXIT_USAGE",
+    "Command",
+    "build_parser",
+    "exit_status",
+    "main",
+]
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2  # what argparse exits with for a usage error
+EXIT_BACKEND = 3
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,6 +70,8 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
         description="EAGLE speculative decoding on any accelerator.",
     )
     parser.add_argument("--version", action="version", version=f"eagle-hal {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show a traceback for errors (as EAGLE_HAL_DEBUG=1 does)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         sub = commands.add_parser(command.name, help=command.help, description=command.help)
@@ -57,29 +82,52 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``eagle-hal`` command; returns the process exit status.
+def exit_status(error: BaseException) -> int:
+    """The exit status of a command that raised ``error`` (see the module's table)."""
+    from eagle_hal.errors import BackendUnavailable, EagleHalError
+    from eagle_hal.model.errors import CorruptFileError
 
-    An ``EagleHalError`` (a user-facing problem such as an unavailable backend) is printed
-    as one message on stderr with status 1 rather than as a traceback; with
-    ``EAGLE_HAL_DEBUG=1`` it propagates, traceback and all.
+    if isinstance(error, BackendUnavailable):
+        return EXIT_BACKEND
+    # the ValueError members of the family are bad values: arguments, settings, device
+    # strings, prompt sets, config files; a corrupt file is bad input as well
+    if isinstance(error, EagleHalError) and isinstance(error, ValueError | CorruptFileError):
+        return EXIT_USAGE
+    return EXIT_FAILURE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``eagle-hal`` command; returns the process exit status (``exit_status``).
+
+    An error is printed as one line on stderr rather than as a traceback; with ``--debug``
+    or ``EAGLE_HAL_DEBUG=1`` it propagates, traceback and all.
     """
     from eagle_hal.errors import EagleHalError
 
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((arg for arg in args_list if not arg.startswith("-")), None)
-    args = build_parser(chosen).parse_args(args_list)
+    try:
+        args = build_parser(chosen).parse_args(args_list)
+    except SystemExit as done:  # argparse printed the usage error (or --help, --version)
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
     try:
         return int(args.run(args) or 0)
-    except EagleHalError as exc:
-        if _debugging():
-            raise
-        print(f"eagle-hal {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
     except BrokenPipeError:  # the reader (`| head`) went away; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception as exc:
+        if args.debug or _debugging():
+            raise
+        what = type(exc).__name__
+        if not isinstance(exc, EagleHalError):
+            what = f"internal error: {what}"
+        hint = "" if isinstance(exc, EagleHalError) else " (--debug shows the traceback)"
+        print(f"eagle-hal {args.command}: error: {what}: {exc}{hint}", file=sys.stderr)
+        return exit_status(exc)
+    except KeyboardInterrupt:
+        print(f"eagle-hal {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 def _debugging() -> bool:

@@ -1,10 +1,11 @@
-"""The exceptions a user of eagle-hal can meet while choosing a backend.
+"""The exceptions a user of eagle-hal can meet while choosing a backend or passing arguments.
 
 Every message says what went wrong and what to do about it. The hierarchy::
 
     EagleHalError
     ├── InvalidDeviceString (also a ValueError)   the device string is malformed
     ├── InvalidSetting (also a ValueError)        an environment variable's value is malformed
+    ├── InvalidArgument (also a ValueError)       a parameter or flag holds a value not allowed
     └── BackendUnavailable                        no usable backend for the request
         └── PluginLoadError                       a plugin failed to load, probe or build
             ├── IncompatibleAPIVersion            written against another HAL contract
@@ -12,6 +13,11 @@ Every message says what went wrong and what to do about it. The hierarchy::
 
 ``PluginLoadError`` is a ``BackendUnavailable`` so that code catching "cannot get a
 backend" also catches a broken plugin; the original exception is its ``__cause__``.
+Errors of other layers join the family where they are defined (``DatasetError``,
+``ContextTooLong``, ``TreeConfigError``, ``PromptTooLong``, the model loading errors), so
+that ``except EagleHalError`` catches every problem eagle-hal reports on purpose.
+
+This module imports nothing, so that any module (``hal`` included) may import it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ __all__ = [
     "BackendUnavailable",
     "EagleHalError",
     "IncompatibleAPIVersion",
+    "InvalidArgument",
     "InvalidDeviceString",
     "InvalidSetting",
     "PluginLoadError",
@@ -45,6 +52,19 @@ class InvalidSetting(EagleHalError, ValueError):
         self.name, self.value, self.allowed = name, value, allowed
 
     def __reduce__(self):  # picklable across processes (conformance workers, spawn)
+        return type(self), (self.name, self.value, self.allowed)
+
+
+class InvalidArgument(EagleHalError, ValueError):
+    """A parameter (a Python argument such as ``top_p``, or a command-line flag such as
+    ``--top-p``) holds a value it does not allow (see ``eagle_hal.validation``). ``name``,
+    ``value`` and ``allowed`` say which, what and what would do; the message says all three."""
+
+    def __init__(self, name: str, value: object, allowed: str) -> None:
+        super().__init__(f"{name}={value!r} is not valid: expected {allowed}")
+        self.name, self.value, self.allowed = name, value, allowed
+
+    def __reduce__(self):  # picklable across processes (tensor-parallel ranks, spawn)
         return type(self), (self.name, self.value, self.allowed)
 
 

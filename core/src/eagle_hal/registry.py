@@ -153,6 +153,7 @@ class Registry:
             entry = self._best_entry(spec)
         if spec.is_auto:
             spec = parse_device(_preferred_kind(entry.descriptor), extra_kinds=self.device_kinds())
+        _check_index(spec)
         return _instantiate(entry, spec)
 
     def _single_entry(self, name: str) -> PluginEntry:
@@ -238,6 +239,27 @@ def _preferred_kind(descriptor: BackendDescriptor | None) -> str:
     assert descriptor is not None
     accelerators = [kind for kind in descriptor.device_types if kind != _HOST_KIND]
     return (accelerators or list(descriptor.device_types))[0]
+
+
+def _check_index(spec: DeviceSpec) -> None:
+    """``BackendUnavailable`` with the count when ``spec`` names a device index beyond the
+    devices torch sees, so that ``cuda:7`` on a host of two GPUs fails at selection rather
+    than inside the first allocation. Device types torch cannot count, or counts none of
+    (a backend may reach its devices another way), are left to the backend's probe."""
+    if spec.index is None or spec.torch_type in (None, "cpu"):
+        return
+    try:
+        import torch
+
+        count = int(torch.get_device_module(spec.torch_type).device_count())
+    except Exception:  # a type this torch build cannot count: the backend decides
+        return
+    if 0 < count <= spec.index:
+        raise BackendUnavailable(
+            f"device '{spec}' asks for index {spec.index}, but {count} {spec.torch_type} "
+            f"device{'' if count == 1 else 's'} {'is' if count == 1 else 'are'} visible "
+            f"(indices 0..{count - 1}); choose one of those or check the visible-devices variable"
+        )
 
 
 def _instantiate(entry: PluginEntry, spec: DeviceSpec) -> Backend:

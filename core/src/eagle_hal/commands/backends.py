@@ -2,8 +2,12 @@
 
 Probes every backend (which imports torch and, where installed, each vendor's library).
 The JSON form is a list of objects with the keys ``name``, ``distribution``, ``version``,
-``device_types``, ``api_version`` (``"major.minor"`` or null), ``available``, ``reason``
-and ``capabilities`` (an object, or null when the plugin could not declare any).
+``device_types``, ``api_version`` (``"major.minor"`` or null), ``available``, ``status``
+(``available``, ``unavailable``: its probe says it cannot run here, ``load_error``: its
+plugin failed to import, register, probe or match this HAL's API version, ``blocked``:
+left out by ``EAGLE_HAL_DISABLE`` or ``EAGLE_HAL_PLUGINS``, ``conflict``: another
+distribution registers the same name), ``reason`` and ``capabilities`` (an object, or null
+when the plugin could not declare any).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from eagle_hal.commands.bench_config import MODES, BenchConfig, mode_spec
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
-from eagle_hal.commands.generate import draft_vocab_size
+from eagle_hal.commands.generate import POSITIVE, SEED, SPEC_STEPS, draft_vocab_size
 from eagle_hal.engine.step_ledger import StepLedger
 
 __all__ = ["BenchConfig", "MODES", "add_arguments", "benchmark", "load_prompts", "mode_spec", "run"]
@@ -56,28 +56,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         'backend\'s choice: "default" on the CPU, "full" elsewhere), "default", '
                         '"full" or the N most frequent')
     parser.add_argument("--dataset", default="mt-bench", help='"mt-bench" or a JSONL/text file')
-    parser.add_argument("--num-prompts", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--batch-sizes", default="1", help="comma-separated, e.g. 1,2,4,8")
+    parser.add_argument("--num-prompts", type=POSITIVE, default=16)
+    parser.add_argument("--max-new-tokens", type=POSITIVE, default=256)
+    parser.add_argument("--batch-sizes", default=(1,), type=batch_sizes,
+                        help="comma-separated, e.g. 1,2,4,8")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
                         + ",".join(MODES) + "; each may carry its own spec settings, "
                         "e.g. plain,chain:S5,tree:S8K4N48,chain:S5V8192")
-    parser.add_argument("--spec-steps", type=int, default=None,
+    parser.add_argument("--spec-steps", type=SPEC_STEPS, default=None,
                         help="draft depth S of modes that name none (default: the backend's "
                         "default spec of each mode's kind)")
-    parser.add_argument("--spec-topk", type=int, default=None,
+    parser.add_argument("--spec-topk", type=POSITIVE, default=None,
                         help="branches K for tree/adaptive (default: the backend's)")
-    parser.add_argument("--spec-draft-tokens", type=int, default=None,
+    parser.add_argument("--spec-draft-tokens", type=POSITIVE, default=None,
                         help="verify tokens N for tree/adaptive (default: the backend's)")
     parser.add_argument("--no-graphs", action="store_true", help="run every forward eagerly")
     parser.add_argument("--no-split", action="store_true", help="skip the per-phase timing pass")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=POSITIVE, default=3,
                         help="timed runs per mode and batch size; tokens/s is their median")
     parser.add_argument("--hf-baseline", action="store_true",
                         help="also time HF transformers generate on the same weights (batch 1)")
-    parser.add_argument("--max-context", type=int, default=2048)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-context", type=POSITIVE, default=2048)
+    parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """``--batch-sizes``' value: comma-separated positive integers, at least one."""
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r} names no batch size; write e.g. 1,2,4")
+    return tuple(POSITIVE(part) for part in parts)
 
 
 def _progress(message: str) -> None:
@@ -308,20 +317,25 @@ def run(args: argparse.Namespace) -> int:
     from eagle_hal.model.draft_vocab import restrict
     from eagle_hal.registry import select_backend
 
+    # the prompts first: a bad --dataset is reported before any backend is probed
+    try:
+        texts = load_prompts(args.dataset, args.num_prompts)
+    except ValueError as exc:
+        print(f"eagle-hal bench: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
     backend = select_backend(args.device, backend=args.backend)
     try:
         config = BenchConfig(
             modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
-            batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",") if b.strip()),
+            batch_sizes=tuple(args.batch_sizes),
             max_new_tokens=args.max_new_tokens, steps=args.spec_steps, topk=args.spec_topk,
             draft_tokens=args.spec_draft_tokens, graphs=not args.no_graphs,
             split_timing=not args.no_split, repeats=args.repeats, seed=args.seed,
             draft_vocab=args.draft_vocab,
             base_specs={kind: backend.default_spec(kind) for kind in SPEC_KINDS},
         )
-        texts = load_prompts(args.dataset, args.num_prompts)
     except ValueError as exc:
-        print(f"eagle-hal bench: {exc}", file=sys.stderr)
+        print(f"eagle-hal bench: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     _progress("bench: loading models")
     llm = LLM(model=args.model, draft=None if args.draft == "none" else args.draft,

@@ -16,11 +16,22 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle_hal.validation import MAX_COUNT, arg_type, check_float, check_int, check_positive_int
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from eagle_hal.backend import Backend
     from eagle_hal.parallel.context import ParallelContext
 
 __all__ = ["add_arguments", "launch_generate", "run"]
+
+# The flags' types: each a usage error (exit status 2) naming the flag for a value the
+# Python API would refuse too (``eagle_hal.validation``), checked before anything loads.
+POSITIVE = arg_type(check_positive_int)
+SEED = arg_type(check_int, high=2**63 - 1)
+TOP_K = arg_type(check_int, meaning="0 disables it")
+SPEC_STEPS = arg_type(check_int, meaning="0: no speculation")
+TEMPERATURE = arg_type(check_float, float, low=0.0)
+TOP_P = arg_type(check_float, float, low=0.0, high=1.0, low_open=True)
 
 
 def draft_vocab_size(text: str) -> int | str:
@@ -42,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--no-graphs", action="store_true",
                        help="run every forward eagerly (default: device graphs where the "
                             "backend has them)")
-    where.add_argument("--tp", type=int, default=1,
+    where.add_argument("--tp", type=POSITIVE, default=1,
                        help="tensor-parallel processes (one per device)")
     what = parser.add_argument_group("models")
     what.add_argument("--model", default=None,
@@ -58,35 +69,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prompts.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line")
     prompts.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--max-new-tokens", type=int, default=128)
-    sampling.add_argument("--temperature", type=float, default=0.0)
-    sampling.add_argument("--top-p", type=float, default=1.0)
-    sampling.add_argument("--top-k", type=int, default=0)
-    sampling.add_argument("--seed", type=int, default=None)
+    sampling.add_argument("--max-new-tokens", type=POSITIVE, default=128)
+    sampling.add_argument("--temperature", type=TEMPERATURE, default=0.0,
+                          help="0: greedy (default)")
+    sampling.add_argument("--top-p", type=TOP_P, default=1.0, help="in (0, 1]; 1: no cut")
+    sampling.add_argument("--top-k", type=TOP_K, default=0, help="0: no cut (default)")
+    sampling.add_argument("--seed", type=SEED, default=None)
     spec = parser.add_argument_group("speculation")
-    spec.add_argument("--spec-steps", type=int, default=None,
+    spec.add_argument("--spec-steps", type=SPEC_STEPS, default=None,
                       help="draft steps S (0: no speculation; default: the backend's, 3 on the "
                            "CPU, else 5)")
-    spec.add_argument("--spec-topk", type=int, default=None, help="branches per step K (1: chain)")
-    spec.add_argument("--spec-draft-tokens", type=int, default=None,
+    spec.add_argument("--spec-topk", type=POSITIVE, default=None,
+                      help="branches per step K (1: chain)")
+    spec.add_argument("--spec-draft-tokens", type=POSITIVE, default=None,
                       help="verify tokens N per request")
     spec.add_argument("--adaptive", action="store_true", help="let the controller choose S")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     out.add_argument("--compare-plain", action="store_true",
                      help="also run plain decoding of the same prompts and compare speeds")
-    out.add_argument("--max-batch-size", type=int, default=16)
-    out.add_argument("--max-context", type=int, default=2048)
+    out.add_argument("--max-batch-size", type=POSITIVE, default=16)
+    out.add_argument("--max-context", type=POSITIVE, default=2048)
 
 
 def _prompts(args: argparse.Namespace) -> list[str]:
+    """``--prompt``s, then ``--prompts-file``'s lines; the built-in prompt only when neither
+    flag is given (a file that holds no prompt is an error, ``DatasetError``)."""
+    from eagle_hal.commands.bench_prompts import load_prompts
+
     prompts = list(args.prompt)
     if args.prompts_file is not None:
-        try:
-            lines = args.prompts_file.read_text(encoding="utf-8").splitlines()
-        except OSError as exc:
-            raise SystemExit(f"eagle-hal generate: cannot read --prompts-file: {exc}") from exc
-        prompts += [line for line in lines if line.strip()]
+        prompts += load_prompts(str(args.prompts_file), MAX_COUNT, flag="--prompts-file")
     if not prompts:
         prompts = ["Write a short poem about a lighthouse keeper."]
     return prompts

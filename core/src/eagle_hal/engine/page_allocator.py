@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from eagle_hal.errors import EagleHalError
+
 __all__ = [
     "PADDING_PAGE",
     "ContextTooLong",
@@ -38,7 +40,7 @@ class RequestRowsExhausted(KVCacheExhausted):
     """Every row of the request-to-token table is in use."""
 
 
-class ContextTooLong(ValueError):
+class ContextTooLong(EagleHalError, ValueError):
     """A request would grow past the table's ``max_context`` positions."""
 
 

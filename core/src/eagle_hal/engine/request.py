@@ -10,6 +10,14 @@ import enum
 import time
 from collections.abc import Sequence
 
+from eagle_hal.errors import InvalidArgument
+from eagle_hal.validation import (
+    check_float,
+    check_int,
+    check_optional_int,
+    check_positive_int,
+)
+
 __all__ = [
     "FinishReason",
     "Request",
@@ -35,20 +43,22 @@ class SamplingParams:
     ignore_eos: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must lie in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        # InvalidArgument (a ValueError) naming the field; NaN and infinities never pass
+        object.__setattr__(self, "temperature", check_float("temperature", self.temperature,
+                                                            low=0.0))
+        object.__setattr__(self, "top_p", check_float("top_p", self.top_p, low=0.0, high=1.0,
+                                                      low_open=True))
+        check_int("top_k", self.top_k, meaning="0 disables it")
+        check_optional_int("seed", self.seed, high=2**63 - 1, meaning="or None for a fresh one")
+        check_positive_int("max_new_tokens", self.max_new_tokens)
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
-        if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise InvalidArgument("stop", self.stop, "non-empty strings")
+        for token in self.stop_token_ids:
+            check_int("stop_token_ids", token)
 
     @property
     def greedy(self) -> bool:

@@ -39,6 +39,8 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from eagle_hal.errors import EagleHalError
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import torch
 
@@ -67,7 +69,7 @@ ACCEPT_DRAW_LIMIT = 2**62  # accept draws are uniform integers in [0, 2**62)
 MAX_TREE_NODES = 64  # the widest verify tree (N, root included) accepted; none wider is tested
 
 
-class TreeConfigError(ValueError):
+class TreeConfigError(EagleHalError, ValueError):
     """A tree shape or an op's arguments are inconsistent (raised before any device work)."""
 
 
