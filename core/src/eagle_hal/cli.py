@@ -61,11 +61,19 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, reporting a usage error in one line (flag, value, what is
+    allowed) rather than the whole usage text first; ``--help`` still shows it."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; only the ``chosen`` command's module is imported to fill it."""
     from eagle_hal import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="eagle-hal",
         description="EAGLE speculative decoding on any accelerator.",
     )
@@ -123,7 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not isinstance(exc, EagleHalError):
             what = f"internal error: {what}"
         hint = "" if isinstance(exc, EagleHalError) else " (--debug shows the traceback)"
-        print(f"eagle-hal {args.command}: error: {what}: {exc}{hint}", file=sys.stderr)
+        # one line: a message listing candidates line by line is joined with "; "
+        message = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        message = message.replace(":; ", ": ")
+        print(f"eagle-hal {args.command}: error: {what}: {message}{hint}", file=sys.stderr)
         return exit_status(exc)
     except KeyboardInterrupt:
         print(f"eagle-hal {args.command}: interrupted", file=sys.stderr)

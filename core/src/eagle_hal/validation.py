@@ -49,8 +49,8 @@ def check_float(
 ) -> float:
     """A finite real number in the range given (``low``/``high`` ``None``: unbounded; the
     ``*_open`` flags exclude that end)."""
-    lo = "(" if low_open else "["
-    hi = ")" if high_open else "]"
+    lo = "(" if low_open or low is None else "["
+    hi = ")" if high_open or high is None else "]"
     allowed = (f"a finite number in {lo}{'-inf' if low is None else low}, "
                f"{'inf' if high is None else high}{hi}")
     if isinstance(value, bool) or not isinstance(value, int | float):

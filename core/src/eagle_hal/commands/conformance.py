@@ -51,15 +51,43 @@ def run(args: argparse.Namespace) -> int:
         print(PYTEST_MISSING, file=sys.stderr)
         return 1
 
-    areas = [a for a in args.areas.split(",") if a] if args.areas else None
+    from eagle_hal.conformance import AREAS
+    from eagle_hal.errors import InvalidArgument
+
+    areas = [a.strip() for a in args.areas.split(",") if a.strip()] if args.areas else None
+    if areas is not None and (not areas or set(areas) - set(AREAS)):
+        raise InvalidArgument("--areas", args.areas, f"a comma-separated subset of "
+                                                     f"{','.join(AREAS)}")
+    if args.report:
+        _check_report_path(args.report)
+    if args.plugin is None:
+        # the device and backend checked before pytest starts, so that a bad device string
+        # or a missing backend is one typed error (exit status 2 or 3), not a failed session
+        from eagle_hal.registry import select_backend
+
+        select_backend(args.device, backend=args.backend)
     try:
         report = run_suite(
             args.device, args.backend, plugin_module=args.plugin, areas=areas,
             report_path=args.report, quiet=not args.verbose,
         )
     except SuiteDidNotRun as exc:
-        print(f"eagle-hal conformance: {exc}")
+        print(f"eagle-hal conformance: error: {exc}", file=sys.stderr)
         return 2
     if args.report:
         print(f"\nreport written to {args.report}")
     return 1 if report.failed else 0
+
+
+def _check_report_path(report: str) -> None:
+    """``InvalidArgument`` for a ``--report`` that could not be written: its folder does not
+    exist, or the path is a folder."""
+    from pathlib import Path
+
+    from eagle_hal.errors import InvalidArgument
+
+    path = Path(report)
+    if path.is_dir():
+        raise InvalidArgument("--report", report, "a file path, not a folder")
+    if not path.parent.is_dir():
+        raise InvalidArgument("--report", report, "a file in a folder that exists")

@@ -32,8 +32,12 @@ from typing import Any
 
 from eagle_hal.commands import train_draft_head as head_stage
 from eagle_hal.commands import train_draft_vocab as vocabulary
+from eagle_hal.commands.train_draft_head import POSITIVE, SEED
+from eagle_hal.validation import arg_type, check_float
 
 __all__ = ["add_arguments", "run"]
+
+FRACTION_OPEN = arg_type(check_float, float, low=0.0, high=1.0, low_open=True, high_open=True)
 
 _DATA_SHARE = 0.45  # of the time budget, under --stage all
 
@@ -103,25 +107,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="data set file (default: OUT.data.safetensors, next to the head directory)",
     )
     what.add_argument("--stage", choices=["data", "train", "all", "vocab"], default="all")
-    what.add_argument("--seed", type=int, default=0)
+    what.add_argument("--seed", type=SEED, default=0)
     what.add_argument(
         "--time-budget-min", type=float, default=None, help="wall-time budget of this command"
     )
     what.add_argument("--no-progress", action="store_true", help="no progress bars")
     vocabulary.add_arguments(what)
     data = parser.add_argument_group("data (self-distillation)")
-    data.add_argument("--num-prompts", type=int, default=3000)
-    data.add_argument("--max-prompt-tokens", type=int, default=96)
-    data.add_argument("--max-new-tokens", type=int, default=256)
-    data.add_argument("--gen-batch-size", type=int, default=128, help="requests decoded together")
+    data.add_argument("--num-prompts", type=POSITIVE, default=3000)
+    data.add_argument("--max-prompt-tokens", type=POSITIVE, default=96)
+    data.add_argument("--max-new-tokens", type=POSITIVE, default=256)
+    data.add_argument("--gen-batch-size", type=POSITIVE, default=128,
+                      help="requests decoded together")
     data.add_argument(
         "--data-workers",
-        type=int,
+        type=POSITIVE,
         default=1,
         help="processes that generate on the one device, each with --gen-batch-size requests "
         "(at large batches the host's per-request work bounds a process: train.distill_workers)",
     )
-    data.add_argument("--validation-fraction", type=float, default=0.05)
+    data.add_argument("--validation-fraction", type=FRACTION_OPEN, default=0.05,
+                      help="share of prompts held out, in (0, 1)")
     data.add_argument(
         "--prompt-openers",
         default="broad",

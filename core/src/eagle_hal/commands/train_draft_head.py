@@ -8,7 +8,16 @@ import sys
 import time
 from typing import Any
 
+from eagle_hal.validation import arg_type, check_float, check_int, check_positive_int
+
 __all__ = ["TRAIN_ONLY", "add_arguments", "check_arguments", "train"]
+
+# The flags' types (``eagle_hal.validation``): a bad value is a usage error naming the flag.
+POSITIVE = arg_type(check_positive_int)
+SEED = arg_type(check_int, high=2**63 - 1)
+POSITIVE_FLOAT = arg_type(check_float, float, low=0.0, low_open=True)
+NON_NEGATIVE_FLOAT = arg_type(check_float, float, low=0.0)
+FRACTION = arg_type(check_float, float, low=0.0, high=1.0)
 
 # settings only the training stage reads: left out of a --stage data command line, whose
 # recorded command would otherwise name a head shape and loss the data never saw
@@ -36,56 +45,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     train.add_argument(
         "--draft-layers",
-        type=int,
+        type=POSITIVE,
         default=1,
         help="eagle1: decoder layers in the head (1, EAGLE-1's; more are stacked pre-norm "
         "layers, each its own draft KV layer)",
     )
     train.add_argument(
         "--draft-intermediate-size",
-        type=int,
+        type=POSITIVE,
         default=None,
         help="eagle1: the head's MLP width (default: the target's)",
     )
-    train.add_argument("--steps", type=int, default=3000)
-    train.add_argument("--batch-size", type=int, default=32, help="sequences per step")
-    train.add_argument("--lr", type=float, default=5e-4)
-    train.add_argument("--warmup-fraction", type=float, default=0.05)
+    train.add_argument("--steps", type=POSITIVE, default=3000)
+    train.add_argument("--batch-size", type=POSITIVE, default=32, help="sequences per step")
+    train.add_argument("--lr", type=POSITIVE_FLOAT, default=5e-4)
+    train.add_argument("--warmup-fraction", type=FRACTION, default=0.05)
     train.add_argument(
         "--feature-noise",
-        type=float,
+        type=NON_NEGATIVE_FLOAT,
         default=0.1,
         help="uniform half-width, x the input features' RMS (eagle3: of fc's output)",
     )
     train.add_argument(
         "--regression-weight",
-        type=float,
+        type=NON_NEGATIVE_FLOAT,
         default=None,
         help="weight of the smooth-L1 feature regression (0: cross-entropy only; default: "
         "the variant's, eagle1 1.0, eagle3 0, which it must stay)",
     )
     train.add_argument(
         "--cross-entropy-weight",
-        type=float,
+        type=NON_NEGATIVE_FLOAT,
         default=None,
         help="weight of the soft cross-entropy (default: the variant's, eagle1 0.1, eagle3 1.0)",
     )
     train.add_argument(
         "--unroll-steps",
-        type=int,
+        type=POSITIVE,
         default=1,
         help="draft steps trained per position, later ones reading the head's own output "
         "as a chain does at inference (1: the one-step EAGLE-1 loss)",
     )
     train.add_argument(
         "--unroll-decay",
-        type=float,
+        type=NON_NEGATIVE_FLOAT,
         default=1.0,
         help="loss weight of unroll step s: DECAY ** (s - 1)",
     )
-    train.add_argument("--validate-every", type=int, default=500)
-    train.add_argument("--validation-prompts", type=int, default=16)
-    train.add_argument("--validation-new-tokens", type=int, default=128)
+    train.add_argument("--validate-every", type=POSITIVE, default=500)
+    train.add_argument("--validation-prompts", type=POSITIVE, default=16)
+    train.add_argument("--validation-new-tokens", type=POSITIVE, default=128)
 
 
 def check_arguments(args: argparse.Namespace) -> None:
