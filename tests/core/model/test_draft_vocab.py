@@ -232,11 +232,10 @@ def test_sizes_a_head_cannot_use_are_refused_early(pair, tmp_path, capsys):
     assert restrict(own, tmp_path, "default") is own
     with pytest.raises(UnsupportedModelError, match="its own draft vocabulary"):
         restrict(own, tmp_path, 8)
-    for command in ("generate", "bench"):
-        with pytest.raises(SystemExit) as exit_info:
-            main([command, "--draft-vocab", "lots"])
-        assert exit_info.value.code == 2
-        assert "positive number" in capsys.readouterr().err
+    for command in ("generate", "bench"):  # argparse's usage error: status 2, one line
+        assert main([command, "--draft-vocab", "lots"]) == 2
+        err = capsys.readouterr().err
+        assert "positive number" in err and "--draft-vocab" in err
     info = DatasetInfo("t", "", 0, 1, 8, 8, (1.0,), (0.0,), 0.95, 0.0)
     dataset = DistillDataset(torch.tensor([1, 2, 99]), torch.tensor([0, 3]), torch.tensor([2]),
                              torch.tensor([False]), torch.zeros(1), info)
