@@ -345,3 +345,29 @@ def test_every_accepted_device_string_builds_an_llm_or_is_unavailable(monkeypatc
             return
 
     check()
+
+
+@pytest.mark.parametrize(("prompts", "params", "name"), [
+    ([], None, "prompts"),
+    ([[]], None, "prompt"),
+    ([[1, 2, -1]], None, "prompt"),
+    ([[1, 2, 97]], None, "prompt"),
+    ([[1, True]], None, "prompt"),
+    ("text without a tokenizer", None, "prompt"),
+    (5, None, "prompts"),
+    ([[1, 2], [3, 4]], ["not params", "x"], "params"),
+    ([[1, 2], [3, 4]], [None], "params"),
+])
+def test_generate_refuses_bad_prompts_with_a_typed_error(prompts, params, name):
+    """``LLM.generate`` on a tiny synthetic model: a prompt or params it cannot take raise
+    ``InvalidArgument`` naming the argument, and nothing runs."""
+    from eagle_hal.api import LLM
+    from eagle_hal.registry import select_backend
+    from eagle_hal.testing.models import tiny_target
+
+    llm = LLM.from_models(select_backend("cpu"), tiny_target(seed=1), None, max_batch_size=2,
+                          max_context=32)
+    with pytest.raises(InvalidArgument) as caught:
+        llm.generate(prompts, params)
+    assert caught.value.name == name
+    assert llm.used_pages == 0

@@ -240,13 +240,18 @@ class LLM:
         if items and isinstance(items[0], Mapping):
             self._need_tokenizer()
             return list(self.tokenizer.apply_chat_template(items))
-        if not all(isinstance(t, int) for t in items):
-            raise TypeError("a prompt is a string, a list of token ids, or a list of chat messages")
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in items):
+            raise InvalidArgument("prompt", _short(prompt), "a string, a list of token ids, "
+                                  "or a list of chat messages")
+        vocab = getattr(getattr(self.target, "config", None), "vocab_size", None)
+        if vocab is not None and any(not 0 <= t < vocab for t in items):
+            raise InvalidArgument("prompt", _short(prompt),
+                                  f"token ids in [0, {vocab}) (the model's vocabulary)")
         return [int(t) for t in items]
 
     def _need_tokenizer(self) -> None:
         if self.tokenizer is None:
-            raise ValueError("this LLM has no tokenizer; pass token ids instead of text")
+            raise InvalidArgument("prompt", "text", "token ids: this LLM has no tokenizer")
 
     def _check_length(self, ids: list[int]) -> None:
         limit = self.scheduler.config.max_context - self.worker.headroom(1) - 1
@@ -257,7 +262,7 @@ class LLM:
                 "the prompt or raise max_context"
             )
         if not ids:
-            raise ValueError("a prompt must contain at least one token")
+            raise InvalidArgument("prompt", ids, "at least one token")
 
     # -- generation --------------------------------------------------------------------------
 
@@ -302,7 +307,11 @@ class LLM:
         else:
             params_list = list(params)
             if len(params_list) != len(batch):
-                raise ValueError(f"{len(batch)} prompts but {len(params_list)} SamplingParams")
+                raise InvalidArgument("params", f"{len(params_list)} SamplingParams",
+                                      f"one SamplingParams, or {len(batch)}: one per prompt")
+            for item in params_list:
+                if not isinstance(item, SamplingParams):
+                    raise InvalidArgument("params", _short(item), "SamplingParams")
         encoded = [self.encode(p, chat=chat) for p in batch]
         for ids in encoded:
             self._check_length(ids)
@@ -328,9 +337,13 @@ class LLM:
 def _as_prompt_list(prompts: Any) -> list[Prompt]:
     if isinstance(prompts, str):
         return [prompts]
-    items = list(prompts)
+    try:
+        items = list(prompts)
+    except TypeError:
+        raise InvalidArgument("prompts", _short(prompts), "a prompt or a sequence of prompts "
+                              "(strings, token ids, chats)") from None
     if not items:
-        raise ValueError("no prompts given")
+        raise InvalidArgument("prompts", items, "at least one prompt")
     if all(isinstance(t, int) for t in items):
         return [items]  # one prompt of token ids
     if isinstance(items[0], Mapping):
@@ -348,6 +361,12 @@ def _check_engine_arguments(*, max_batch_size: Any, max_context: Any, kv_cache_t
         check_positive_int("kv_cache_tokens", kv_cache_tokens)
     check_positive_int("page_size", page_size)
     check_optional_int("seed", seed, high=2**63 - 1, meaning="or None for a fresh one")
+
+
+def _short(value: Any) -> Any:
+    """``value`` for a message: its repr cut to a readable length."""
+    text = repr(value)
+    return value if len(text) <= 60 else f"{text[:57]}..."
 
 
 def _given_backend(backend: str | Backend | None, device: str) -> Backend | None:
