@@ -73,6 +73,9 @@ class RequestStatus(enum.Enum):
 
 class FinishReason(enum.Enum):
     LENGTH = "length"  # max_new_tokens reached
+    # the context is full: max_context holds no further token (an OpenAI client sees
+    # "length"; the server names this reason in an extension field)
+    CONTEXT_FULL = "context_full"
     STOP = "stop"  # EOS, a stop token id, or a stop string
     CANCELLED = "cancelled"
     ERROR = "error"  # rejected (e.g. could never fit the KV cache)
