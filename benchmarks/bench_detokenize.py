@@ -31,7 +31,7 @@ def main() -> int:
     for count in (int(n) for n in args.tokens.split(",")):
         if count > len(ids):
             raise SystemExit(f"the text has {len(ids)} tokens, fewer than {count}")
-        request = Request(0, [1], SamplingParams(max_new_tokens=count + 1, ignore_eos=True))
+        request = Request(0, [1], SamplingParams(max_tokens=count + 1, ignore_eos=True))
         start = time.perf_counter()
         for token in ids[:count]:
             append_tokens(request, [token], tokenizer)

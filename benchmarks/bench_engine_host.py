@@ -90,7 +90,7 @@ def measure(batch_size: int, steps: int, max_new_tokens: int, temperature: float
     def submit() -> None:
         nonlocal issued
         ids = torch.randint(3, shape["vocab_size"], (24 + issued % 40,), generator=generator)
-        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature,
+        params = SamplingParams(max_tokens=max_new_tokens, temperature=temperature,
                                 seed=issued, ignore_eos=True)
         engine.add_request(ids.tolist(), params)
         issued += 1

@@ -80,7 +80,7 @@ def measure(device: str, iterations: int, batch_size: int, temperature: float) -
     results: dict[str, dict] = {}
     for mode in MODES:
         worker.spec, worker.controller = spec_for(mode), None
-        params = SamplingParams(max_new_tokens=10**6, ignore_eos=True, temperature=temperature)
+        params = SamplingParams(max_tokens=10**6, ignore_eos=True, temperature=temperature)
         requests = [engine.add_request(list(range(10 + b, 74 + b)), params)
                     for b in range(batch_size)]
         engine.step()  # prefill

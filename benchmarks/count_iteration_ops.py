@@ -185,7 +185,7 @@ def main() -> int:
         setattr(worker, name, phased)
     for mode in ("plain", "chain", "tree"):
         worker.spec, worker.controller = spec_for(mode), None
-        params = SamplingParams(max_new_tokens=10**6, ignore_eos=True, temperature=0.0)
+        params = SamplingParams(max_tokens=10**6, ignore_eos=True, temperature=0.0)
         request = engine.add_request(list(range(10, 74)), params)
         engine.step()
         for _ in range(5):

@@ -98,7 +98,7 @@ def main() -> None:
           + " ".join(f"{n[-18:]:>18}" for n in columns))
     for category, text in chosen:
         prompt = llm.encode(text, chat=True)
-        answer = llm.generate([prompt], SamplingParams(max_new_tokens=args.max_new_tokens))[0]
+        answer = llm.generate([prompt], SamplingParams(max_tokens=args.max_new_tokens))[0]
         tokens = torch.tensor(prompt + list(answer.token_ids), device=llm.target.device)
         start = len(prompt)
         # Draft position i reads token i + 1 with feature i and predicts token i + 2.

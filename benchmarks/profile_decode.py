@@ -121,7 +121,7 @@ def main() -> int:
             continue
         llm.worker.spec = spec_for(mode)
         llm.worker.controller = None
-        params = SamplingParams(max_new_tokens=args.tokens, ignore_eos=True)
+        params = SamplingParams(max_tokens=args.tokens, ignore_eos=True)
         llm.generate([prompt], params, chat=chat)  # warm-up: captures this mode's graphs
         llm.backend.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

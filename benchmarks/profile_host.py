@@ -149,7 +149,7 @@ def main() -> int:
     backend, target, draft, prompts = build_models(args)
     config = BenchConfig(modes=tuple(args.modes.split(",")), batch_sizes=(1,),
                          max_new_tokens=args.max_new_tokens)
-    params = SamplingParams(max_new_tokens=args.max_new_tokens)
+    params = SamplingParams(max_tokens=args.max_new_tokens)
     print(f"device {backend.torch_device}, model {args.model}, {len(prompts)} prompts "
           f"(mean {sum(map(len, prompts)) / len(prompts):.0f} tokens) x "
           f"{args.max_new_tokens} new tokens", flush=True)

@@ -54,7 +54,7 @@ def main() -> int:
     from eagle_hal.speculative.config import SpecConfig  # noqa: PLC0415
 
     backend, target, draft, prompts = build_models(args)
-    one = SamplingParams(max_new_tokens=1, ignore_eos=True)
+    one = SamplingParams(max_tokens=1, ignore_eos=True)
     group = max(1, args.group)
     print(f"device {backend.torch_device}, {len(prompts)} prompts, mean "
           f"{sum(map(len, prompts)) / len(prompts):.0f} tokens, {group} per prefill", flush=True)

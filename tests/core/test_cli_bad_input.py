@@ -20,7 +20,7 @@ GENERATE_NUMBERS = [
     *[("--max-new-tokens", v) for v in ("0", "-1", "nan", "inf", "1.5", "99999999999")],
     *[("--temperature", v) for v in ("nan", "inf", "-inf", "-0.5", "1e400")],
     *[("--top-p", v) for v in ("0", "2", "nan", "-inf", "-0.1", "inf")],
-    *[("--top-k", v) for v in ("-1", "nan", "inf", "99999999999")],
+    *[("--top-k", v) for v in ("-2", "nan", "inf", "99999999999")],
     *[("--seed", v) for v in ("-1", "nan", "1e3")],
     *[("--spec-steps", v) for v in ("-1", "nan")],
     *[("--spec-topk", v) for v in ("0", "-1", "inf")],
@@ -185,7 +185,7 @@ def test_debug_shows_the_traceback(capsys, monkeypatch):
 SAMPLING_BAD = [
     ("temperature", math.nan), ("temperature", math.inf), ("temperature", -math.inf),
     ("temperature", -0.5), ("temperature", "0.5"), ("top_p", 0.0), ("top_p", 2.0),
-    ("top_p", math.nan), ("top_p", -math.inf), ("top_k", -1), ("top_k", 1.5),
+    ("top_p", math.nan), ("top_p", -math.inf), ("top_k", -2), ("top_k", 1.5),
     ("top_k", True), ("max_new_tokens", 0), ("max_new_tokens", -1),
     ("max_new_tokens", 2**40), ("max_new_tokens", 2.0), ("seed", -1), ("seed", 1.5),
     ("stop", ("",)), ("stop_token_ids", (-1,)),

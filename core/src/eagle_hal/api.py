@@ -2,7 +2,7 @@
 
     from eagle_hal import LLM, SamplingParams, SpecConfig
     llm = LLM(device="cpu")                      # the default SmolLM2 model and draft head
-    out = llm.generate(["Hello"], SamplingParams(max_new_tokens=32))
+    out = llm.generate(["Hello"], SamplingParams(max_tokens=32))
     print(out[0].text, out[0].accept_length)
 """
 

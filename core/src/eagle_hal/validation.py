@@ -8,7 +8,7 @@ error (exit status 2) before any backend or model loads.
 
 Floats must be finite wherever they are taken: NaN compares false with everything, so a
 range check alone lets it through. Booleans are not integers here, although Python's
-``bool`` is an ``int``: ``max_new_tokens=True`` is a mistake, not a 1.
+``bool`` is an ``int``: ``max_tokens=True`` is a mistake, not a 1.
 
 This module imports nothing heavy.
 """

@@ -57,7 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         '"full" or the N most frequent')
     parser.add_argument("--dataset", default="mt-bench", help='"mt-bench" or a JSONL/text file')
     parser.add_argument("--num-prompts", type=POSITIVE, default=16)
-    parser.add_argument("--max-new-tokens", type=POSITIVE, default=256)
+    parser.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=POSITIVE,
+                        default=256, help="output tokens per prompt (--max-new-tokens: the "
+                        "same, its former name)")
     parser.add_argument("--batch-sizes", default=(1,), type=batch_sizes,
                         help="comma-separated, e.g. 1,2,4,8")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
@@ -246,7 +248,7 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.model.draft_vocab import restrict
 
-    params = SamplingParams(max_new_tokens=config.max_new_tokens)
+    params = SamplingParams(max_tokens=config.max_new_tokens)
     rows: list[dict[str, Any]] = []
     for batch_size in config.batch_sizes:
         # at least one full batch of requests
@@ -328,7 +330,7 @@ def run(args: argparse.Namespace) -> int:
         config = BenchConfig(
             modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
             batch_sizes=tuple(args.batch_sizes),
-            max_new_tokens=args.max_new_tokens, steps=args.spec_steps, topk=args.spec_topk,
+            max_new_tokens=args.max_tokens, steps=args.spec_steps, topk=args.spec_topk,
             draft_tokens=args.spec_draft_tokens, graphs=not args.no_graphs,
             split_timing=not args.no_split, repeats=args.repeats, seed=args.seed,
             draft_vocab=args.draft_vocab,

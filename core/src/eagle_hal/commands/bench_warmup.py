@@ -64,7 +64,7 @@ def warm_up_prefills(llm: Any, prompt: list[int], reach: int = 0) -> None:
         if attn is not None:
             lengths.update(attn.warm_up_lengths())
     limit = llm.engine.scheduler.config.max_context - llm.worker.headroom(1) - 2
-    params = SamplingParams(max_new_tokens=1, ignore_eos=True)
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
     for length in sorted(n for n in lengths if 1 <= n <= limit):
         llm.generate([(prompt * length)[:length]], params)
     graphs = getattr(runner, "graphs", None)
@@ -112,7 +112,7 @@ def warm_up(llm: Any, prompts: list[list[int]], params: Any, batch_size: int) ->
     # EOS ignored: a warm-up that ends early would leave graphs or the controller's
     # warm-up to the timed run
     warm_params = dataclasses.replace(
-        params, max_new_tokens=min(32, params.max_new_tokens), ignore_eos=True
+        params, max_tokens=min(32, params.max_tokens), ignore_eos=True
     )
     worker = llm.worker
     for size in warm_up_sizes(llm, batch_size):
@@ -134,7 +134,7 @@ def warm_up(llm: Any, prompts: list[list[int]], params: Any, batch_size: int) ->
     # as in the timed run; later prompts join a timed run one by one as requests finish,
     # which this cannot reproduce (the runner's 16-byte-aligned views keep those from
     # compiling)
-    llm.generate(list(prompts), dataclasses.replace(params, max_new_tokens=1, ignore_eos=True))
+    llm.generate(list(prompts), dataclasses.replace(params, max_tokens=1, ignore_eos=True))
 
 
 class KernelCompiles:

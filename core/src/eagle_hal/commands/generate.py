@@ -28,7 +28,7 @@ __all__ = ["add_arguments", "launch_generate", "run"]
 # Python API would refuse too (``eagle_hal.validation``), checked before anything loads.
 POSITIVE = arg_type(check_positive_int)
 SEED = arg_type(check_int, high=2**63 - 1)
-TOP_K = arg_type(check_int, meaning="0 disables it")
+TOP_K = arg_type(check_int, low=-1, meaning="0 or -1 disables it")
 SPEC_STEPS = arg_type(check_int, meaning="0: no speculation")
 TEMPERATURE = arg_type(check_float, float, low=0.0)
 TOP_P = arg_type(check_float, float, low=0.0, high=1.0, low_open=True)
@@ -69,11 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prompts.add_argument("--prompts-file", type=Path, default=None, help="one prompt per line")
     prompts.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     sampling = parser.add_argument_group("sampling")
-    sampling.add_argument("--max-new-tokens", type=POSITIVE, default=128)
+    sampling.add_argument("--max-tokens", "--max-new-tokens", dest="max_tokens", type=POSITIVE,
+                          default=128, help="output tokens at most (--max-new-tokens: the "
+                          "same, its former name)")
     sampling.add_argument("--temperature", type=TEMPERATURE, default=0.0,
                           help="0: greedy (default)")
     sampling.add_argument("--top-p", type=TOP_P, default=1.0, help="in (0, 1]; 1: no cut")
-    sampling.add_argument("--top-k", type=TOP_K, default=0, help="0: no cut (default)")
+    sampling.add_argument("--top-k", type=TOP_K, default=0, help="0 or -1: no cut (default 0)")
     sampling.add_argument("--seed", type=SEED, default=None)
     spec = parser.add_argument_group("speculation")
     spec.add_argument("--spec-steps", type=SPEC_STEPS, default=None,
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     prompts = _prompts(args)
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-        max_new_tokens=args.max_new_tokens,
+        max_tokens=args.max_tokens,
     )
     draft = None if args.draft.lower() == "none" else args.draft
     started = time.perf_counter()
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{llm.backend.torch_device}, {llm.dtype}, draft head: {head}")
     chat = not args.no_chat
     if args.compare_plain:  # a few tokens first, so neither timed run pays the warm-up
-        llm.generate(prompts[:1], SamplingParams(max_new_tokens=4), chat=chat)
+        llm.generate(prompts[:1], SamplingParams(max_tokens=4), chat=chat)
     stream = not args.json and len(prompts) == 1
     spec_run = _timed_run(llm, prompts, params, chat, stream=stream)
     plain_run = None
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         )
         if llm.graphs:  # like for like: graphs on both sides or on neither
             plain.runner.enable_graphs()
-        plain.generate(prompts[:1], SamplingParams(max_new_tokens=4), chat=chat)
+        plain.generate(prompts[:1], SamplingParams(max_tokens=4), chat=chat)
         plain_run = _timed_run(plain, prompts, params, chat, stream=False)
     if args.json:
         print(json.dumps(_report(llm, spec_run, plain_run), indent=2))
@@ -312,7 +314,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     prompts = _prompts(args)
     params = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed,
-        max_new_tokens=args.max_new_tokens,
+        max_tokens=args.max_tokens,
     )
     chat = not args.no_chat
     stream = not args.json and len(prompts) == 1

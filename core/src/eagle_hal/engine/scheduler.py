@@ -146,7 +146,7 @@ class Scheduler:
                 self.finish(victim, FinishReason.ERROR)
                 victim.error = (
                     "KV cache exhausted: this request alone needs more pages than the cache "
-                    "holds; give the KV cache more memory or lower max_new_tokens"
+                    "holds; give the KV cache more memory or lower max_tokens"
                 )
                 self.rejected.append(victim)
                 return

@@ -9,7 +9,7 @@ Conventions (the same for speculative and plain decoding):
   the output;
 * a stop string ends the request; the token that completed it stays in ``output_ids`` but
   the text is cut before the stop string;
-* ``max_new_tokens`` ends the request with ``FinishReason.LENGTH``.
+* ``max_tokens`` ends the request with ``FinishReason.LENGTH``.
 
 The text grows incrementally: each new token decodes a short window of ids with and without
 it (the difference is the new text, so tokenizers that drop a leading space at the start
@@ -70,7 +70,7 @@ def append_tokens(
                     request.text_window = request.num_detokenized = len(request.output_ids)
                     request.finish_reason = FinishReason.STOP
                     break
-        if len(request.output_ids) >= request.params.max_new_tokens:
+        if len(request.output_ids) >= request.params.max_tokens:
             request.finish_reason = FinishReason.LENGTH
             break
     if request.finish_reason is not None:

@@ -66,11 +66,11 @@ def _bench_rank(
             kv_cache_tokens=batch * (prompt_len + new_tokens + 8),
         )
         prompts = [[(7 * b + i) % 1000 + 1 for i in range(prompt_len)] for b in range(batch)]
-        llm.generate(prompts, SamplingParams(max_new_tokens=4, ignore_eos=True))  # warm-up
+        llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True))  # warm-up
         context.barrier()
         backend.synchronize()
         start = time.perf_counter()
-        outputs = llm.generate(prompts, SamplingParams(max_new_tokens=new_tokens, ignore_eos=True))
+        outputs = llm.generate(prompts, SamplingParams(max_tokens=new_tokens, ignore_eos=True))
         backend.synchronize()
         elapsed = time.perf_counter() - start
         tokens = sum(o.num_tokens for o in outputs)

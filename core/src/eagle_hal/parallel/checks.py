@@ -61,20 +61,20 @@ class Scenario:
 
 
 DEFAULT_SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("plain", SpecConfig(num_steps=0), SamplingParams(max_new_tokens=24), draft=False),
-    Scenario("chain", SpecConfig(3, 1, 4), SamplingParams(max_new_tokens=24)),
-    Scenario("tree", SpecConfig(3, 2, 6), SamplingParams(max_new_tokens=24)),
-    Scenario("random_plain", SpecConfig(num_steps=0), SamplingParams(max_new_tokens=16),
+    Scenario("plain", SpecConfig(num_steps=0), SamplingParams(max_tokens=24), draft=False),
+    Scenario("chain", SpecConfig(3, 1, 4), SamplingParams(max_tokens=24)),
+    Scenario("tree", SpecConfig(3, 2, 6), SamplingParams(max_tokens=24)),
+    Scenario("random_plain", SpecConfig(num_steps=0), SamplingParams(max_tokens=16),
              target="random", draft=False, vocab=61),
-    Scenario("random_tree", SpecConfig(2, 2, 4), SamplingParams(max_new_tokens=16),
+    Scenario("random_tree", SpecConfig(2, 2, 4), SamplingParams(max_tokens=16),
              target="random", vocab=61),
     # a draft vocabulary gathered from a padded vocabulary-parallel lm_head (ids on both shards)
-    Scenario("vocab_tree", SpecConfig(2, 2, 4), SamplingParams(max_new_tokens=16),
+    Scenario("vocab_tree", SpecConfig(2, 2, 4), SamplingParams(max_tokens=16),
              target="random", vocab=61, draft_vocab=tuple(range(60, -1, -3))),
     Scenario("sampled", SpecConfig(3, 2, 6),
-             SamplingParams(max_new_tokens=24, temperature=0.8, top_k=20), worker_seed=None),
+             SamplingParams(max_tokens=24, temperature=0.8, top_k=20), worker_seed=None),
     Scenario("adaptive", SpecConfig(4, 2, 6, adaptive=True, adaptive_steps=(0, 2, 4)),
-             SamplingParams(max_new_tokens=24, temperature=0.7, seed=99)),
+             SamplingParams(max_tokens=24, temperature=0.7, seed=99)),
 )
 
 

@@ -66,7 +66,7 @@ def engine_accept_length(
         seed=0,
     )
     outputs = llm.generate(
-        [list(p) for p in prompts], SamplingParams(max_new_tokens=max_new_tokens)
+        [list(p) for p in prompts], SamplingParams(max_tokens=max_new_tokens)
     )
     verify_steps = sum(o.stats.verify_steps for o in outputs)
     accepted = sum(o.stats.accepted_tokens for o in outputs)

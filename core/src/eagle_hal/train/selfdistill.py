@@ -258,7 +258,7 @@ def generate_shard(
             temperature=job.temperature,
             top_p=config.top_p if job.temperature > 0 else 1.0,
             seed=config.seed * 1_000_003 + 2 * job.index + int(job.answering),
-            max_new_tokens=max_tokens,
+            max_tokens=max_tokens,
             stop_token_ids=eos,
         )
         request = engine.add_request(ids, params)

@@ -65,7 +65,7 @@ def test_greedy_equals_plain_decoding(
 ) -> None:
     """At temperature 0 speculation changes nothing but speed; no page leaks."""
     target, head = model_pairs[pair]
-    params = SamplingParams(max_new_tokens=16)
+    params = SamplingParams(max_tokens=16)
     plain = _llm(backend, target, None, SpecConfig(num_steps=0)).generate(PROMPTS, params)
     llm = _llm(backend, target, head, spec)
     outputs = llm.generate(PROMPTS, params)
@@ -120,9 +120,9 @@ def test_sampling_distribution_equals_plain(backend: Backend) -> None:
     target = tiny_target(seed=11, vocab=8, device=device)
     head = tiny_eagle1(target, seed=4).to(device)
     samples, prompt = 800, [1, 5, 2, 7]
-    plain_params = [SamplingParams(temperature=0.9, top_k=6, max_new_tokens=3, seed=s)
+    plain_params = [SamplingParams(temperature=0.9, top_k=6, max_tokens=3, seed=s)
                     for s in range(samples)]
-    spec_params = [SamplingParams(temperature=0.9, top_k=6, max_new_tokens=3, seed=10**6 + s)
+    spec_params = [SamplingParams(temperature=0.9, top_k=6, max_tokens=3, seed=10**6 + s)
                    for s in range(samples)]
     spec = SpecConfig(num_steps=2, topk=2, num_draft_tokens=5)
     plain = _joint_counts(_llm(backend, target, None, SpecConfig(num_steps=0), max_batch_size=64),

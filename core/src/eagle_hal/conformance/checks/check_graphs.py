@@ -299,7 +299,7 @@ def test_graph_decoding_equals_plain(backend: Backend, spec: SpecConfig) -> None
     device, page_size = backend.torch_device, preferred_page_size(backend)
     target = tiny_target(seed=21, device=device)
     head = tiny_eagle1(target, seed=22).to(device)
-    params = [SamplingParams(max_new_tokens=n) for n in MAX_NEW_TOKENS]
+    params = [SamplingParams(max_tokens=n) for n in MAX_NEW_TOKENS]
     plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
                             page_size=page_size)
     expected = plain.generate(PROMPTS, params)
@@ -372,7 +372,7 @@ def _prefill_groups_decode_as_plain(
     head = tiny_eagle1(target, seed=24).to(device)
     groups = make_groups(target.config.vocab_size)
     prompts = [prompt for group in groups for prompt in group]
-    params = SamplingParams(max_new_tokens=8)
+    params = SamplingParams(max_tokens=8)
     plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
                             page_size=page_size)
     expected = [o.token_ids for o in plain.generate(prompts, params)]

@@ -30,7 +30,7 @@ def test_random_requests_leave_no_pages(backend: Backend) -> None:
         temperature = rng.choice([0.0, 0.0, 0.7, 1.0])
         params.append(SamplingParams(
             temperature=temperature, top_k=rng.choice([0, 5, 20]), top_p=rng.choice([1.0, 0.9]),
-            seed=i, max_new_tokens=rng.randint(1, 20),
+            seed=i, max_tokens=rng.randint(1, 20),
             stop_token_ids=(rng.randrange(VOCAB),) if rng.random() < 0.2 else (),
         ))
     spec = SpecConfig(num_steps=3, topk=2, num_draft_tokens=6)
@@ -40,8 +40,8 @@ def test_random_requests_leave_no_pages(backend: Backend) -> None:
     assert len(outputs) == REQUESTS
     for i, (out, p) in enumerate(zip(outputs, params, strict=True)):
         assert out.error is None, f"soak request {i} failed: {out.error}"
-        assert 1 <= len(out.token_ids) <= p.max_new_tokens, (
-            f"soak request {i}: {len(out.token_ids)} tokens for max_new_tokens={p.max_new_tokens}"
+        assert 1 <= len(out.token_ids) <= p.max_tokens, (
+            f"soak request {i}: {len(out.token_ids)} tokens for max_tokens={p.max_tokens}"
         )
         assert all(0 <= t < VOCAB for t in out.token_ids), (
             f"soak request {i}: token outside vocabulary"
