@@ -174,6 +174,8 @@ SETTINGS: tuple[Setting, ...] = (
             "`name@distribution` blocks one distribution's (resolves a name clash)", CORE),
     Setting("EAGLE_HAL_DEBUG", BOOL, False, "show a traceback for errors instead of one line",
             CORE),
+    Setting("EAGLE_HAL_API_KEY", STR, None, "the key `eagle-hal serve` requires as "
+            "`Authorization: Bearer KEY` (`--api-key-file` instead reads it from a file)", CORE),
     Setting("EAGLE_HAL_INTERPRETED_CONFORMANCE", BOOL, False, "the test suite also runs the "
             "ROCm and XPU backends' conformance through the interpreted Triton kernels "
             "(slow; needs `TRITON_INTERPRET=1`)", CORE),
