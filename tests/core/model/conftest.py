@@ -122,6 +122,13 @@ def hf_tiny(tmp_path):
 
 
 @pytest.fixture
+def save_hf():
+    """``save_tiny_hf(kind, directory, seed=0, **overrides) -> hf_model``: a tiny random HF
+    checkpoint written into a directory of the caller's choice."""
+    return save_tiny_hf
+
+
+@pytest.fixture
 def runtime_for():
     """Factory: ``runtime_for(model_config, **kwargs) -> PagedRuntime``."""
     return PagedRuntime.for_model

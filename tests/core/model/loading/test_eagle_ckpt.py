@@ -17,6 +17,7 @@ from eagle_hal.model.errors import (
 )
 from eagle_hal.model.loading.eagle_ckpt import (
     EagleVariant,
+    HeadTargetMismatch,
     detect_eagle_variant,
     load_eagle_head,
     save_eagle1,
@@ -180,7 +181,8 @@ def test_save_eagle3_refuses_the_embedding_stream(target, tmp_path, eagle_ckpt):
 
 
 def test_head_loading_errors(target, tmp_path, eagle_ckpt):
-    """Missing directory, wrong shapes (named), wrong-vocab embedding: specific errors."""
+    """Missing directory, wrong shapes (named), wrong-vocab embedding (a head for another
+    target, refused naming the tensor and both geometries): specific errors."""
     with pytest.raises(ModelFileNotFound):
         load_eagle_head(tmp_path / "absent", target)
     tensors = eagle_ckpt.write_eagle1(tmp_path / "bad")
@@ -189,7 +191,8 @@ def test_head_loading_errors(target, tmp_path, eagle_ckpt):
     with pytest.raises(TensorShapeMismatch, match=r"layers\.0\.mlp\.up_proj\.weight"):
         load_eagle_head(tmp_path / "bad", target)
     eagle_ckpt.write_eagle1(tmp_path / "vocab", embed=torch.zeros(50, 64))
-    with pytest.raises(TensorShapeMismatch, match="embed_tokens.weight"):
+    with pytest.raises(HeadTargetMismatch, match=r"embed_tokens.weight of shape \[50, 64\].*"
+                       r"\[97, 64\]"):
         load_eagle_head(tmp_path / "vocab", target)
 
 

@@ -1,4 +1,9 @@
-"""EAGLE head directories (``config.json`` + safetensors), as SafeAILab and SpecForge publish them.
+"""EAGLE head directories, as the EAGLE authors (SafeAILab), SpecForge and SGLang publish them.
+
+A head directory holds ``config.json`` and its weights: safetensors (single or sharded), or
+the EAGLE authors' ``pytorch_model.bin``, read only through torch's weights-only loader
+(``eagle_hal.model.loading.torch_bin``). Tensor names are the published ones; a ``model.``
+prefix on every name but ``lm_head``'s (some exports) is dropped.
 
 The variant is detected from tensor names: ``midlayer.*`` or ``d2t`` means EAGLE-3 (a
 ``layers.0.hidden_norm.weight`` head is EAGLE-3 saved under decoder-layer names);
@@ -19,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import re
 import warnings
 from collections.abc import Iterable, Iterator
@@ -34,9 +40,11 @@ from eagle_hal.model.errors import (
     InvalidConfigError,
     MissingTensorsError,
     ModelFileNotFound,
+    ModelLoadError,
     TensorShapeMismatch,
     UnsupportedModelError,
 )
+from eagle_hal.model.hub import resolve_draft
 from eagle_hal.model.llama import LlamaForCausalLM
 from eagle_hal.model.loading.hf import (
     iter_safetensors,
@@ -44,17 +52,23 @@ from eagle_hal.model.loading.hf import (
     safetensors_files,
     safetensors_tensors,
 )
+from eagle_hal.model.loading.torch_bin import read_torch_bin
 from eagle_hal.model.weights import check_fits, load_named_tensors
 
 __all__ = [
     "EagleVariant",
+    "HeadCheckpoint",
+    "HeadTargetMismatch",
+    "check_head_matches_target",
     "detect_eagle_variant",
     "load_eagle_head",
+    "read_head_checkpoint",
     "save_eagle1",
     "save_eagle3",
 ]
 
 _EMBEDDING = "embed_tokens.weight"
+_TORCH_BIN = "pytorch_model.bin"
 _LAYER_NAME = re.compile(r"layers\.(\d+)\.")
 
 
@@ -80,27 +94,158 @@ def detect_eagle_variant(names: Iterable[str]) -> EagleVariant:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class HeadCheckpoint:
+    """A head directory's config and tensor names and shapes, read without loading any
+    tensor data: what ``check_head_matches_target`` needs before a target loads.
+
+    Names are canonical: EAGLE-3 ``layers.0.*`` become ``midlayer.*``, and a ``model.``
+    prefix that every tensor but ``lm_head`` carries (some exports) is dropped."""
+
+    directory: Path
+    config_path: Path
+    raw: dict[str, Any]
+    variant: EagleVariant
+    shapes: dict[str, tuple[int, ...]]
+    numel: int
+    safetensors: tuple[Path, ...]  # the weights, or empty for ...
+    torch_bin: Path | None  # ... a PyTorch pickle checkpoint (pytorch_model.bin)
+    strip_model_prefix: bool = False
+
+    @property
+    def fields(self) -> ConfigFields:
+        return ConfigFields(self.raw, str(self.config_path))
+
+    def rename(self, name: str) -> str:
+        """The canonical name of checkpoint tensor ``name``."""
+        return _canonical(name, self.variant, self.strip_model_prefix)
+
+    def tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor, canonically named, one at a time."""
+        if self.torch_bin is not None:
+            for name, tensor in read_torch_bin(self.torch_bin).items():
+                yield self.rename(name), tensor
+            return
+        for name, tensor in iter_safetensors(list(self.safetensors)):
+            yield self.rename(name), tensor
+
+
+def read_head_checkpoint(directory: str | Path) -> HeadCheckpoint:
+    """The config and tensor shapes of EAGLE head ``directory`` (a local path or a hub id,
+    ``eagle_hal.model.hub.resolve_draft``): safetensors headers, or a ``pytorch_model.bin``
+    opened memory-mapped through torch's weights-only loader (``torch_bin``). Raises
+    ``ModelFileNotFound``, ``CorruptFileError``, ``UnsupportedModelError`` (not an EAGLE
+    layout; torch too old for a ``.bin``)."""
+    directory = resolve_draft(directory)
+    if not directory.is_dir():
+        raise ModelFileNotFound(f"EAGLE head directory {directory} does not exist")
+    config_path = directory / "config.json"
+    raw = read_json(config_path)
+    files: list[Path] = []
+    torch_bin: Path | None = None
+    has_safetensors = (directory / "model.safetensors.index.json").is_file() or any(
+        p.is_file() for p in directory.glob("*.safetensors"))
+    if has_safetensors or not (directory / _TORCH_BIN).is_file():
+        files = safetensors_files(directory)
+        held = {name: t.shape for name, t in safetensors_tensors(files).items()}
+    else:
+        torch_bin = directory / _TORCH_BIN
+        held = {name: tuple(t.shape) for name, t in read_torch_bin(torch_bin).items()}
+    strip = bool(held) and all(
+        name.startswith("model.") for name in held if not name.startswith("lm_head."))
+    names = [name[len("model."):] if strip and name.startswith("model.") else name
+             for name in held]
+    variant = detect_eagle_variant(names)
+    shapes = {_canonical(name, variant, strip): shape for name, shape in held.items()}
+    return HeadCheckpoint(
+        directory=directory, config_path=config_path, raw=raw, variant=variant,
+        shapes=shapes, numel=sum(math.prod(shape) for shape in held.values()),
+        safetensors=tuple(files), torch_bin=torch_bin, strip_model_prefix=strip,
+    )
+
+
+def _canonical(name: str, variant: EagleVariant, strip: bool) -> str:
+    if strip and name.startswith("model."):
+        name = name[len("model."):]
+    return _eagle3_rename(name) if variant is EagleVariant.EAGLE3 else name
+
+
+class HeadTargetMismatch(ModelLoadError):
+    """An EAGLE head was trained for another target: its geometry (hidden size,
+    vocabulary, the target layers EAGLE-3 reads) does not fit the target's config."""
+
+
+def check_head_matches_target(
+    head: HeadCheckpoint, target: ModelConfig, target_source: str = "the target"
+) -> None:
+    """Raise ``HeadTargetMismatch`` naming both configs when ``head`` cannot draft for a
+    target of config ``target``: run before the target's weights load, from the two
+    configs and the head's tensor shapes alone."""
+    fields = head.fields
+    problems: list[str] = []
+    hidden = fields.integer("hidden_size", None)
+    vocab = fields.integer("vocab_size", None)
+    if head.variant is EagleVariant.EAGLE1:
+        if hidden is not None and hidden != target.hidden_size:
+            problems.append(f"hidden_size {hidden} (the target's is {target.hidden_size})")
+        fc = head.shapes.get("fc.weight")
+        if fc is not None and len(fc) == 2 and fc[1] != 2 * target.hidden_size:
+            problems.append(f"fc.weight of shape {list(fc)} reads 2 x {fc[1] // 2} features "
+                            f"(the target's hidden size is {target.hidden_size})")
+    else:
+        feature = fields.integer("target_hidden_size", None)
+        fc = head.shapes.get("fc.weight")
+        if feature is None and fc is not None and len(fc) == 2:
+            feature = fc[1] // 3
+        if feature is not None and feature != target.hidden_size:
+            problems.append(f"a target hidden size of {feature} (the target's is "
+                            f"{target.hidden_size})")
+        t2d = head.shapes.get("t2d")
+        if t2d is not None and tuple(t2d) != (target.vocab_size,):
+            problems.append(f"t2d of shape {list(t2d)} (the target's vocabulary has "
+                            f"{target.vocab_size} tokens)")
+        layers = _eagle3_aux_ids(fields)
+        if isinstance(layers, list):
+            beyond = [i for i in layers
+                      if isinstance(i, int) and not 0 <= i < target.num_layers]
+            if beyond:
+                problems.append(f"feature layers {layers} (the target has "
+                                f"{target.num_layers} layers)")
+        elif target.num_layers < 3:
+            problems.append(f"the default feature layers (2, L/2, L-3), but the target has "
+                            f"{target.num_layers} layers")
+    if vocab is not None and vocab != target.vocab_size:
+        problems.append(f"vocab_size {vocab} (the target's is {target.vocab_size})")
+    embed = head.shapes.get(_EMBEDDING)
+    if embed is not None and tuple(embed) != (target.vocab_size, target.hidden_size):
+        problems.append(f"{_EMBEDDING} of shape {list(embed)} (the target's is "
+                        f"{[target.vocab_size, target.hidden_size]})")
+    if problems:
+        raise HeadTargetMismatch(
+            f"EAGLE head {head.config_path} does not fit target {target_source} "
+            f"({target.architecture}, hidden_size {target.hidden_size}, vocab_size "
+            f"{target.vocab_size}, {target.num_layers} layers): the head has "
+            + "; ".join(problems)
+        )
+
+
 def load_eagle_head(
     directory: str | Path,
     target: LlamaForCausalLM,
     dtype: torch.dtype | None = None,
 ) -> EagleDraftModel:
     """Load an EAGLE-1 or EAGLE-3 head for ``target`` (on the target's device; ``dtype``
-    defaults to the target's). Raises ``ModelFileNotFound``, ``CorruptFileError``
-    (unreadable or malformed files), ``InvalidConfigError`` (config values of the wrong
-    type or range, or more parameters than the weights hold), ``UnsupportedModelError``,
-    ``TensorShapeMismatch``, ``MissingTensorsError`` or ``UnexpectedTensorsError``."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ModelFileNotFound(f"EAGLE head directory {directory} does not exist")
-    config_path = directory / "config.json"
-    raw = read_json(config_path)
-    fields = ConfigFields(raw, str(config_path))
-    files = safetensors_files(directory)
-    held = safetensors_tensors(files)
-    variant = detect_eagle_variant(held)
-    rename = _eagle3_rename if variant is EagleVariant.EAGLE3 else (lambda name: name)
-    shapes = {rename(name): tensor.shape for name, tensor in held.items()}
+    defaults to the target's) from a directory (or hub id) of ``config.json`` plus
+    safetensors or ``pytorch_model.bin``. Raises ``ModelFileNotFound``,
+    ``CorruptFileError`` (unreadable or malformed files), ``HeadTargetMismatch``,
+    ``InvalidConfigError`` (config values of the wrong type or range, or more parameters
+    than the weights hold), ``UnsupportedModelError``, ``TensorShapeMismatch``,
+    ``MissingTensorsError`` or ``UnexpectedTensorsError``."""
+    checkpoint = read_head_checkpoint(directory)
+    check_head_matches_target(checkpoint, target.config)
+    directory, config_path = checkpoint.directory, checkpoint.config_path
+    raw, fields, variant = checkpoint.raw, checkpoint.fields, checkpoint.variant
+    shapes = checkpoint.shapes
     prefix = "midlayer" if variant is EagleVariant.EAGLE3 else "layers.0"
     config = dataclasses.replace(
         ModelConfig.from_hf_config(raw, architecture="llama", source=str(config_path)),
@@ -115,7 +260,7 @@ def load_eagle_head(
     target_hidden = fields.integer("target_hidden_size", None)
     check_fits(
         _head_parameters(config, variant, draft_vocab, target_hidden or target.config.hidden_size),
-        sum(tensor.numel for tensor in held.values()),
+        checkpoint.numel,
         source,
     )
     head: EagleDraftModel
@@ -139,11 +284,11 @@ def load_eagle_head(
     embedding: list[torch.Tensor] = []
 
     def tensors() -> Iterator[tuple[str, torch.Tensor]]:
-        for name, tensor in iter_safetensors(files):
+        for name, tensor in checkpoint.tensors():
             if name == _EMBEDDING:
                 embedding.append(tensor)
                 continue
-            yield rename(name), tensor
+            yield name, tensor
 
     # A head whose draft vocabulary is the whole target vocabulary may omit the id maps.
     full_vocab = isinstance(head, Eagle3DraftModel) and (
@@ -207,9 +352,16 @@ def _eagle3_rename(name: str) -> str:
     return "midlayer." + name[len("layers.0."):] if name.startswith("layers.0.") else name
 
 
-def _eagle3_aux_layers(fields: ConfigFields, target: LlamaForCausalLM) -> tuple[int, ...] | None:
+def _eagle3_aux_ids(fields: ConfigFields) -> list[Any] | None:
+    """The target layers a config's ``eagle_config.eagle_aux_hidden_state_layer_ids``
+    names (their outputs), or ``None`` for the published default."""
     ids = fields.mapping("eagle_config").get("eagle_aux_hidden_state_layer_ids")
-    if not ids:
+    return ids if ids else None
+
+
+def _eagle3_aux_layers(fields: ConfigFields, target: LlamaForCausalLM) -> tuple[int, ...] | None:
+    ids = _eagle3_aux_ids(fields)
+    if ids is None:
         return None
     layers = target.config.num_layers
     if not isinstance(ids, list) or not all(
