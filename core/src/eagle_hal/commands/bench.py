@@ -49,8 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", default=None, help="force a backend by name")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--model", default=None,
-                        help="HF directory or GGUF file (default: SmolLM2)")
-    parser.add_argument("--draft", default="default", help='EAGLE head directory or "default"')
+                        help="HF directory, GGUF file or hub id org/name[@revision] "
+                             "(default: SmolLM2)")
+    parser.add_argument("--draft", default="default",
+                        help='EAGLE head directory or hub id, or "default"')
     parser.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
                         help='tokens the head drafts from unless a mode names its V: "auto" (the '
                         'backend\'s choice: "default" on the CPU, "full" elsewhere), "default", '

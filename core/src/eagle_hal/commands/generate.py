@@ -57,9 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="tensor-parallel processes (one per device)")
     what = parser.add_argument_group("models")
     what.add_argument("--model", default=None,
-                      help="HF directory or GGUF file (default: SmolLM2-135M-Instruct)")
+                      help="HF directory, GGUF file or hub id org/name[@revision] "
+                           "(default: SmolLM2-135M-Instruct)")
     what.add_argument("--draft", default="default",
-                      help='EAGLE head directory, "default" or "none"')
+                      help='EAGLE head directory or hub id, "default" or "none"')
     what.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
                       help='tokens the head drafts from: "auto" (the backend\'s choice: '
                       '"default" on the CPU, "full" elsewhere), "default" (its '
