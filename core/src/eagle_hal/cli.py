@@ -9,8 +9,9 @@ traceback unless ``--debug`` or ``EAGLE_HAL_DEBUG=1`` asks for one. The exit sta
 which kind of error it was (``exit_status``, the table README.md documents)::
 
     0  success
-    1  anything else: a failed run, a missing model, a bug
-    2  invalid arguments, and input files that cannot be read or hold nothing usable
+    1  anything else: a failed run or check, a bug
+    2  invalid arguments, and input files that cannot be read or hold nothing usable:
+       prompt sets, models and heads missing, corrupt or not loadable (ModelLoadError)
        (argparse's usage errors exit 2 too)
     3  no usable backend: BackendUnavailable, PluginLoadError and its subclasses
 """
@@ -54,6 +55,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("generate", "eagle_hal.commands.generate",
             "generate text with EAGLE speculative decoding"),
     Command("bench", "eagle_hal.commands.bench", "benchmark plain vs speculative decoding"),
+    Command("serve", "eagle_hal.commands.serve", "serve an OpenAI-compatible HTTP API"),
     Command("train-draft", "eagle_hal.commands.train_draft",
             "train an EAGLE draft head for a target"),
     Command("conformance", "eagle_hal.commands.conformance",
@@ -93,13 +95,14 @@ def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
 def exit_status(error: BaseException) -> int:
     """The exit status of a command that raised ``error`` (see the module's table)."""
     from eagle_hal.errors import BackendUnavailable, EagleHalError
-    from eagle_hal.model.errors import CorruptFileError
+    from eagle_hal.model.errors import ModelLoadError
 
     if isinstance(error, BackendUnavailable):
         return EXIT_BACKEND
     # the ValueError members of the family are bad values: arguments, settings, device
-    # strings, prompt sets, config files; a corrupt file is bad input as well
-    if isinstance(error, EagleHalError) and isinstance(error, ValueError | CorruptFileError):
+    # strings, prompt sets, config files; a model or head file that is missing, corrupt
+    # or not one eagle-hal loads is bad input as well
+    if isinstance(error, EagleHalError) and isinstance(error, ValueError | ModelLoadError):
         return EXIT_USAGE
     return EXIT_FAILURE
 

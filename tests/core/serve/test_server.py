@@ -1,0 +1,428 @@
+"""The server's endpoints through the real HTTP stack and the real ``openai`` client.
+
+The oracle for every generated text is ``LLM.generate`` on the same tiny models without
+the server (plain decoding, no draft: speculative decoding is lossless against it, and
+plain decoding is tested against HF transformers in tests/core/model). Errors are checked
+on status code and on OpenAI's body shape, ``{"error": {message, type, param, code}}``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+from eagle_hal.engine.request import SamplingParams
+from eagle_hal.serve.limits import RequestLimits
+from eagle_hal.serve.sampling import sampling_fields
+from serving import MODEL, make_llm, start_server
+
+PROMPT = "the cat sat on the mat"
+CHAT = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture(scope="module")
+def server(cpu_backend, models, byte_tokenizer):
+    llm = make_llm(cpu_backend, models, byte_tokenizer)
+    limits = RequestLimits(max_body_bytes=16_384, max_n=6, max_stop=3, max_logit_bias=4,
+                           max_top_logprobs=5)
+    with start_server(llm, limits=limits) as running:
+        yield running
+
+
+def solo(llm):
+    """``llm``'s output for one prompt alone (``max_tokens`` by the name SamplingParams
+    has)."""
+    budget = "max_tokens" if "max_tokens" in sampling_fields() else "max_new_tokens"
+
+    def generate(prompt, *, chat=False, max_tokens=24, **params):
+        params[budget] = max_tokens
+        return llm.generate([prompt], SamplingParams(**params), chat=chat)[0]
+
+    return generate
+
+
+@pytest.fixture(scope="module")
+def oracle(cpu_backend, models, byte_tokenizer):
+    """Plain decoding of the same target, outside the server: what greedy speculative
+    decoding must equal."""
+    return solo(make_llm(cpu_backend, models, byte_tokenizer, draft=False))
+
+
+@pytest.fixture(scope="module")
+def sampled_oracle(cpu_backend, models, byte_tokenizer):
+    """The server's settings (the draft, the spec) outside the server, one request at a
+    time: a sampled request's tokens depend on its seed, not on its batch."""
+    return solo(make_llm(cpu_backend, models, byte_tokenizer))
+
+
+def error_of(response: httpx.Response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]
+
+
+def api_error(exc: openai.APIStatusError) -> dict:
+    return error_of(exc.response)
+
+
+def post(server, path: str, content: bytes | str, **headers) -> httpx.Response:
+    headers.setdefault("content-type", "application/json")
+    return httpx.post(f"{server.url}{path}", content=content, headers=headers, timeout=30)
+
+
+# -- what works ---------------------------------------------------------------------------------
+
+
+def test_models_lists_the_served_name(server):
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert server.client().models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        server.client().models.retrieve("other")
+
+
+def test_health_is_ok(server):
+    response = httpx.get(f"{server.url}/health")
+    assert response.status_code == 200 and response.json() == {"status": "ok"}
+
+
+def test_completion_equals_plain_decoding(server, oracle):
+    expected = oracle(PROMPT, max_tokens=24)
+    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=24,
+                                             temperature=0,
+                                             extra_body={"return_token_ids": True})
+    assert out.object == "text_completion" and out.model == MODEL
+    (choice,) = out.choices
+    assert choice.text == expected.text
+    assert choice.token_ids == list(expected.token_ids)
+    assert choice.finish_reason == {"length": "length", "stop": "stop"}[
+        expected.finish_reason.value]
+    assert out.usage.completion_tokens == len(expected.token_ids)
+    assert out.usage.prompt_tokens == len(server.llm.tokenizer.encode(PROMPT))
+    assert out.usage.total_tokens == out.usage.prompt_tokens + out.usage.completion_tokens
+
+
+def test_completion_of_token_ids_and_several_prompts(server, oracle):
+    ids = server.llm.tokenizer.encode("a dog")
+    out = server.client().completions.create(model=MODEL, prompt=[PROMPT, "a dog"],
+                                             max_tokens=10, temperature=0)
+    assert [c.index for c in out.choices] == [0, 1]
+    assert [c.text for c in out.choices] == [oracle(PROMPT, max_tokens=10).text,
+                                            oracle("a dog", max_tokens=10).text]
+    out = server.client().completions.create(model=MODEL, prompt=ids, max_tokens=10,
+                                             temperature=0)
+    assert out.choices[0].text == oracle(ids, max_tokens=10).text
+
+
+def test_streamed_completion_equals_plain_decoding(server, oracle):
+    expected = oracle(PROMPT, max_tokens=30)
+    chunks = list(server.client().completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == expected.text
+    reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert reasons[-1] in ("stop", "length") and set(reasons[:-1]) == {None}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == len(
+        expected.token_ids)
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_chat_equals_plain_decoding_of_the_template(server, oracle):
+    expected = oracle(CHAT, chat=True, max_tokens=20)
+    out = server.client().chat.completions.create(model=MODEL, messages=CHAT,
+                                                  max_tokens=20, temperature=0)
+    assert out.object == "chat.completion"
+    assert out.choices[0].message.role == "assistant"
+    assert out.choices[0].message.content == expected.text
+    assert out.usage.prompt_tokens == len(server.llm.encode(CHAT))
+
+
+def test_streamed_chat_equals_plain_decoding(server, oracle):
+    expected = oracle(CHAT, chat=True, max_tokens=20)
+    chunks = list(server.client().chat.completions.create(
+        model=MODEL, messages=CHAT, max_completion_tokens=20, temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert all(c.object == "chat.completion.chunk" for c in chunks)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected.text
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert all(c.usage is None for c in chunks)  # no include_usage: no usage chunk
+
+
+def test_n_choices_sample_with_seeds_derived_from_the_request(server, sampled_oracle):
+    oracle = sampled_oracle
+    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=16,
+                                             temperature=0.9, seed=11, n=3)
+    assert [c.index for c in out.choices] == [0, 1, 2]
+    expected = [oracle(PROMPT, max_tokens=16, temperature=0.9, seed=11 + i).text
+                for i in range(3)]
+    assert [c.text for c in out.choices] == expected
+    assert len(set(expected)) > 1  # the seeds differ, so (here) do the samples
+    chunks = list(server.client().chat.completions.create(
+        model=MODEL, messages=CHAT, max_tokens=12, temperature=0.9, seed=5, n=2,
+        stream=True))
+    texts = {0: "", 1: ""}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] += choice.delta.content or ""
+    assert texts == {i: oracle(CHAT, chat=True, max_tokens=12, temperature=0.9,
+                               seed=5 + i).text for i in range(2)}
+
+
+def stop_across_tokens(server, output):
+    """A stop string made of the end of one token and the start of the next."""
+    pieces = [server.llm.tokenizer.decode([t]) for t in output.token_ids]
+    for i in range(2, len(pieces) - 1):
+        stop = pieces[i][-1:] + pieces[i + 1][:1]
+        if pieces[i] and pieces[i + 1] and len(stop) == 2:
+            return stop
+    raise AssertionError("no two-token stop string in the output")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_strings_across_token_boundaries(server, oracle, stream):
+    full = oracle(PROMPT, max_tokens=40, ignore_eos=True)
+    stop = stop_across_tokens(server, full)
+    expected = full.text[: full.text.index(stop)]
+    response = server.client().completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stop=[stop, "@@@"],
+        stream=stream, extra_body={"ignore_eos": True})
+    if stream:
+        chunks = list(response)
+        text = "".join(c.choices[0].text for c in chunks)
+        reason = chunks[-1].choices[0].finish_reason
+    else:
+        text, reason = response.choices[0].text, response.choices[0].finish_reason
+    assert text == expected and reason == "stop"
+
+
+def test_context_full_is_length_with_the_precise_reason(server, oracle):
+    """A request whose max_tokens reaches past what the context holds ends at the
+    context: OpenAI's "length", and ``eagle_hal_finish_reason`` names which."""
+    prompt_ids = server.llm.tokenizer.encode(PROMPT)
+    room = server.llm.scheduler.config.max_context - len(prompt_ids)
+    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=room,
+                                             temperature=0, extra_body={"ignore_eos": True})
+    choice = out.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.eagle_hal_finish_reason in ("context_full", "length")
+    expected = oracle(PROMPT, max_tokens=room, ignore_eos=True)
+    assert choice.eagle_hal_finish_reason == expected.finish_reason.value
+    assert choice.text == expected.text
+
+
+# -- what is refused ----------------------------------------------------------------------------
+
+
+def test_malformed_json_is_400(server):
+    response = post(server, "/v1/completions", b'{"model": "tiny", "prompt": ')
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_json"
+    response = post(server, "/v1/chat/completions", b"[1, 2]")
+    assert response.status_code == 400 and error_of(response)["code"] == "invalid_json"
+
+
+def test_unknown_model_is_404(server):
+    with pytest.raises(openai.NotFoundError) as caught:
+        server.client().completions.create(model="gpt-9", prompt=PROMPT, max_tokens=4)
+    error = api_error(caught.value)
+    assert caught.value.status_code == 404
+    assert error["code"] == "model_not_found" and error["param"] == "model"
+
+
+def test_unknown_route_is_404_in_openai_shape(server):
+    response = httpx.get(f"{server.url}/v1/engines")
+    assert response.status_code == 404 and error_of(response)["code"] == "not_found"
+
+
+def test_a_prompt_longer_than_the_context_is_400(server):
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().completions.create(model=MODEL, prompt="ab " * 300, max_tokens=4)
+    error = api_error(caught.value)
+    assert error["param"] == "prompt" and error["code"] == "context_length_exceeded"
+
+
+def test_max_tokens_past_the_context_is_400(server):
+    prompt_len = len(server.llm.tokenizer.encode(PROMPT))
+    room = server.llm.scheduler.config.max_context - prompt_len
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=room + 1)
+    error = api_error(caught.value)
+    assert error["param"] == "max_tokens" and error["code"] == "context_length_exceeded"
+    with pytest.raises(openai.BadRequestError) as caught:
+        server.client().chat.completions.create(model=MODEL, messages=CHAT,
+                                                max_completion_tokens=10_000)
+    assert api_error(caught.value)["param"] == "max_completion_tokens"
+
+
+def test_an_oversized_body_is_413(server):
+    with pytest.raises(openai.APIStatusError) as caught:
+        server.client().completions.create(model=MODEL, prompt="x" * 20_000, max_tokens=4)
+    assert caught.value.status_code == 413
+    assert api_error(caught.value)["code"] == "request_too_large"
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"n": 7}, "n"),
+    ({"n": 0}, "n"),
+    ({"stop": ["a", "b", "c", "d"]}, "stop"),
+    ({"stop": ["x" * 300]}, "stop"),
+    ({"logit_bias": {str(i): 1 for i in range(5)}}, "logit_bias"),
+    ({"logprobs": 6}, "logprobs"),
+    ({"temperature": -1}, "temperature"),
+    ({"top_p": 0}, "top_p"),
+    ({"max_tokens": 0}, "max_tokens"),
+    ({"seed": -3}, "seed"),
+    ({"echo": True}, "echo"),
+    ({"best_of": 3}, "best_of"),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_caps_and_bad_values_are_400_naming_the_field(server, fields, param):
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, **fields}
+    response = post(server, "/v1/completions", json.dumps(body))
+    assert response.status_code == 400, response.text
+    error = error_of(response)
+    assert error["param"] == param and error["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("presence_penalty", 0.5), ("frequency_penalty", 0.5), ("repetition_penalty", 1.2),
+    ("min_p", 0.1),
+])
+def test_sampling_fields_the_engine_lacks_are_unsupported(server, oracle, name, value):
+    """A field SamplingParams has is applied; one it lacks is a 400 naming it. The neutral
+    value is accepted either way."""
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0, name: value}
+    response = post(server, "/v1/completions", json.dumps(body))
+    if name in sampling_fields():
+        assert response.status_code == 200, response.text
+    else:
+        assert response.status_code == 400
+        error = error_of(response)
+        assert error["code"] == "unsupported_parameter" and error["param"] == name
+    neutral = {"presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1,
+               "min_p": 0}[name]
+    response = post(server, "/v1/completions", json.dumps({**body, name: neutral}))
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["text"] == oracle(PROMPT, max_tokens=4).text
+
+
+def test_logprobs_are_unsupported_until_the_engine_reports_them(server):
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 4, "logprobs": True,
+            "top_logprobs": 2}
+    response = post(server, "/v1/chat/completions", json.dumps(body))
+    if "logprobs" in sampling_fields():
+        assert response.status_code == 200
+        content = response.json()["choices"][0]["logprobs"]["content"]
+        assert len(content) == response.json()["usage"]["completion_tokens"]
+    else:
+        assert response.status_code == 400
+        assert error_of(response)["code"] == "unsupported_parameter"
+
+
+def test_tool_messages_and_bad_roles_are_400(server):
+    for messages, param in (([{"role": "wizard", "content": "x"}], "messages[0].role"),
+                            ([{"role": "tool", "content": "x"}], "messages[0].role"),
+                            ([], "messages")):
+        body = {"model": MODEL, "messages": messages}
+        response = post(server, "/v1/chat/completions", json.dumps(body))
+        assert response.status_code == 400 and error_of(response)["param"] == param
+
+
+# -- auth ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def secured(cpu_backend, models, byte_tokenizer):
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
+    with start_server(llm, api_key="s3cret-key") as running:
+        yield running
+
+
+def test_auth_off_takes_any_or_no_key(server):
+    response = httpx.get(f"{server.url}/v1/models")  # no Authorization header at all
+    assert response.status_code == 200
+    assert httpx.get(f"{server.url}/metrics").status_code == 200
+
+
+def test_auth_on_refuses_a_missing_or_wrong_key_with_401(secured):
+    with pytest.raises(openai.AuthenticationError) as caught:
+        secured.client(api_key="wrong").completions.create(model=MODEL, prompt="a",
+                                                           max_tokens=2)
+    assert caught.value.status_code == 401
+    error = api_error(caught.value)
+    assert error["code"] == "invalid_api_key" and error["type"] == "invalid_request_error"
+    assert caught.value.response.headers["www-authenticate"] == "Bearer"
+    for headers in ({}, {"authorization": "Basic s3cret-key"},
+                    {"authorization": "Bearer s3cret-ke"}):
+        response = httpx.get(f"{secured.url}/v1/models", headers=headers)
+        assert response.status_code == 401 and error_of(response)["code"] == "invalid_api_key"
+    assert httpx.get(f"{secured.url}/metrics").status_code == 401
+    assert httpx.get(f"{secured.url}/health").status_code == 200  # for load balancers
+
+
+def test_auth_on_admits_the_right_key(secured):
+    out = secured.client().completions.create(model=MODEL, prompt="a", max_tokens=3,
+                                              temperature=0)
+    assert out.usage.completion_tokens >= 1
+    response = httpx.get(f"{secured.url}/metrics",
+                         headers={"authorization": "Bearer s3cret-key"})
+    assert response.status_code == 200 and "eagle_hal_requests_total" in response.text
+
+
+# -- back-pressure and shutdown -----------------------------------------------------------------
+
+
+@pytest.fixture
+def single_slot(cpu_backend, models, byte_tokenizer):
+    """One batch slot, nothing may wait."""
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False, max_batch_size=1)
+    with start_server(llm, max_waiting=0, shutdown_grace_s=60) as running:
+        yield running
+
+
+def test_too_many_waiting_is_429_and_shutting_down_is_503(single_slot):
+    client = single_slot.client()
+    stream = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=200,
+                                       temperature=0, stream=True,
+                                       extra_body={"ignore_eos": True})
+    first = next(iter(stream))  # the first request holds the only slot
+    assert first.choices[0].finish_reason is None
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+    assert caught.value.status_code == 429
+    assert api_error(caught.value)["type"] == "rate_limit_error"
+    # shutdown begins: new requests get 503, the running one still finishes
+    single_slot.loop.begin_shutdown(60)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+    assert caught.value.status_code == 503 and api_error(caught.value)["code"] == "shutting_down"
+    assert httpx.get(f"{single_slot.url}/health").status_code == 503
+    rest = list(stream)
+    assert rest[-1].choices[0].finish_reason == "length"
+    tokens = 1 + sum(1 for c in rest if c.choices and c.choices[0].text)
+    assert tokens >= 2
+
+
+def test_shutdown_past_the_grace_ends_running_requests_with_an_error(cpu_backend, models,
+                                                                    byte_tokenizer):
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False, max_context=1024)
+    with start_server(llm, shutdown_grace_s=0) as running:
+        response = httpx.stream(
+            "POST", f"{running.url}/v1/completions", timeout=30,
+            json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "stream": True,
+                  "ignore_eos": True, "temperature": 0})
+        with response as events:
+            lines = events.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))
+            running.loop.begin_shutdown(0)
+            rest = [line for line in lines if line.startswith("data:")]
+        assert rest[-1] == "data: [DONE]"
+        error = json.loads(rest[-2][len("data:"):])["error"]
+        assert error["code"] == "shutting_down" and error["type"] == "service_unavailable"
+        running.wait_idle()
+        assert llm.used_pages == 0 and llm.leaked_pages == 0
