@@ -10,7 +10,7 @@ TORCH_PIN ?= torch==2.13.0
 DISTS := core $(wildcard backends/*)
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast check-install bench-backends clean
+.PHONY: install demo test test-fast check-install bench-backends soak clean
 
 install: $(STAMP)
 
@@ -44,6 +44,15 @@ test: install
 # outside the checkout. Needs no .venv.
 check-install:
 	TORCH_PIN="$(TORCH_PIN)" PYTHON="$(PYTHON)" bash tools/check_fresh_install.sh
+
+# The server's soak against the default model on the CPU: SOAK_REQUESTS streaming requests
+# from SOAK_CONCURRENCY clients at once, a tenth cancelled mid-stream; the metrics, KV pages
+# and requests left must balance (tests/core/serve/soak.py). Prints the latency figures.
+SOAK_REQUESTS ?= 200
+SOAK_CONCURRENCY ?= 16
+
+soak: install
+	$(PY) tests/core/serve/soak.py --requests $(SOAK_REQUESTS) --concurrency $(SOAK_CONCURRENCY)
 
 bench-backends: install
 	$(PY) benchmarks/bench_backends_cli.py
