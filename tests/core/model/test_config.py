@@ -68,7 +68,7 @@ def test_llama_attention_bias_covers_o_proj():
     ("change", "message"),
     [
         ({"architectures": ["GPT2LMHeadModel"]}, "GPT2LMHeadModel is not supported; supported"),
-        ({"model_type": "phi3"}, "phi3 is not supported"),
+        ({"model_type": "gpt_neox"}, "gpt_neox is not supported"),
         ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
         ({"mlp_bias": True}, "mlp_bias"),
         ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling type 'yarn'"),

@@ -1,11 +1,13 @@
 """The model configuration, normalised once from Hugging Face ``config.json`` or GGUF metadata.
 
 One ``ModelConfig`` describes every supported member of the Llama family; the variants are
-flags (QKV bias for Qwen2, tied embeddings for SmolLM2, rotary scaling for Llama 3.1+).
-Everything downstream reads these typed fields, never the raw dicts.
+flags (QKV bias for Qwen2, RMSNorm of each head's queries and keys for Qwen3, tied
+embeddings for SmolLM2, rotary scaling for Llama 3.1+). Phi-3 is a Llama whose checkpoint
+fuses Q/K/V and gate/up into one tensor each; the loader splits them. Everything downstream
+reads these typed fields, never the raw dicts.
 
-Mistral's sliding window is not implemented by the attention backends: attention is
-always over the full context. That is exact while a request's context stays within the
+A sliding window (Mistral, Phi-3) is not implemented by the attention backends: attention
+is always over the full context. That is exact while a request's context stays within the
 window, so ``ModelConfig.max_context_len`` is capped at ``sliding_window`` and the engine
 must not run a request past it.
 """
@@ -27,6 +29,8 @@ SUPPORTED_HF_ARCHITECTURES: Mapping[str, str] = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "Phi3ForCausalLM": "phi3",
 }
 _SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values())
 _SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2")
@@ -70,7 +74,7 @@ class RopeScaling:
 class ModelConfig:
     """The geometry and numerics of one Llama-family model."""
 
-    architecture: str  # "llama" | "mistral" | "qwen2"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -85,7 +89,8 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # bias on q/k/v projections (Qwen2; Llama's attention_bias)
     attention_out_bias: bool = False  # bias on o_proj (Llama's attention_bias only)
-    sliding_window: int | None = None  # Mistral; see the module docstring
+    sliding_window: int | None = None  # Mistral, Phi-3; see the module docstring
+    qk_norm: bool = False  # RMSNorm over head_dim of each query and key head (Qwen3)
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
@@ -126,6 +131,8 @@ class ModelConfig:
             per_layer += q + 2 * kv
         if self.attention_out_bias:
             per_layer += h
+        if self.qk_norm:
+            per_layer += 2 * self.head_dim
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return embeddings + self.num_layers * per_layer + h
 
@@ -163,12 +170,20 @@ class ModelConfig:
             )
         if fields.flag("mlp_bias", False):
             raise UnsupportedModelError("mlp_bias=true is not supported")
+        rotary_fraction = fields.number("partial_rotary_factor", None) or ConfigFields(
+            fields.mapping("rope_parameters"), f"{source} rope_parameters"
+        ).number("partial_rotary_factor", 1.0)
+        if rotary_fraction != 1.0:
+            raise UnsupportedModelError(
+                f"partial_rotary_factor {rotary_fraction} is not supported; only rotary "
+                "embeddings over the whole head (1.0) are"
+            )
         num_heads = fields.integer("num_attention_heads")
         hidden_size = fields.integer("hidden_size")
         rope_theta, rope_scaling = _hf_rope(raw, fields)
         llama_bias = fields.flag("attention_bias", False)
         sliding_window = fields.integer("sliding_window", None)
-        if family == "qwen2" and not fields.flag("use_sliding_window", False):
+        if family in ("qwen2", "qwen3") and not fields.flag("use_sliding_window", False):
             sliding_window = None
         if family == "llama":
             sliding_window = None
@@ -194,6 +209,7 @@ class ModelConfig:
             attention_bias=family == "qwen2" or llama_bias,
             attention_out_bias=family != "qwen2" and llama_bias,
             sliding_window=sliding_window,
+            qk_norm=family == "qwen3",
             bos_token_id=fields.integer("bos_token_id", None, minimum=0),
             eos_token_ids=fields.integers("eos_token_id"),
         )

@@ -224,6 +224,8 @@ class Attention(nn.Module):
     """Q/K/V projections, rotary, the backend's attention for layer ``layer_id``, O projection.
 
     ``input_size`` defaults to the hidden size; EAGLE-3's draft layer reads ``2 * hidden``.
+    With ``config.qk_norm`` (Qwen3) each head's query and key are RMS-normalised over
+    ``head_dim`` (``q_norm``, ``k_norm``) before the rotation.
     """
 
     kernels: ModelKernels = REFERENCE_MODEL_KERNELS
@@ -248,6 +250,11 @@ class Attention(nn.Module):
             self.num_heads * self.head_dim, config.hidden_size, bias=config.attention_out_bias
         )
         self._qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None  # (weight, bias)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
 
     def fuse_projections(self) -> None:
         """Run Q, K and V as one GEMM from now on (for inference; idempotent). Fuses what
@@ -274,6 +281,10 @@ class Attention(nn.Module):
         q = q.view(num_tokens, self.num_heads, self.head_dim)
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            # one row per head: the norm kernels take [rows, width]
+            q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
+            k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
         q, k = self.kernels.rotary(q, k, *rotary)
         out = attn.forward(self.layer_id, q, k, v, batch)  # [T, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, q_size))
@@ -318,7 +329,8 @@ def fused_kernels_for(
     ``mlp``, or ``None`` for the unfused path: when the installed kernels have them, ``x``
     has at most their ``max_tokens`` rows of a 16- or 32-bit float (16-bit: at most
     ``max_tokens_16bit``), both modules' projections are fused and every projection is a
-    plain ``nn.Linear`` (a tensor-parallel shard's is not) without a down-projection bias."""
+    plain ``nn.Linear`` (a tensor-parallel shard's is not) without a down-projection bias,
+    and the attention has no per-head q/k norm."""
     fused = attention.kernels.fused_linear
     if fused is None:
         return None
@@ -330,6 +342,8 @@ def fused_kernels_for(
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return None
     if attention._qkv is None or mlp._gate_up is None or mlp.down_proj.bias is not None:
+        return None
+    if attention.q_norm is not None:  # the fused QKV launch rotates without a q/k norm
         return None
     linears = (
         attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,

@@ -1,8 +1,10 @@
-"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2) as one implementation.
+"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Phi-3) as one implementation.
 
-Variants are ``ModelConfig`` flags: QKV bias (Qwen2), tied embeddings (SmolLM2), rotary
-scaling (Llama 3.1+), GQA everywhere. Parameter names equal Hugging Face's
-(``model.layers.{i}.self_attn.q_proj.weight`` ...), so HF checkpoints load by name.
+Variants are ``ModelConfig`` flags: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3), tied
+embeddings (SmolLM2), rotary scaling (Llama 3.1+), GQA everywhere. Parameter names equal
+Hugging Face's (``model.layers.{i}.self_attn.q_proj.weight`` ...), so HF checkpoints load
+by name; Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` tensors are split into those
+names as they load.
 
 The model computes through an ``AttentionBackend`` and never knows the device. Besides the
 final hidden states (EAGLE-1's feature) it can return the residual stream entering chosen
@@ -12,7 +14,8 @@ layers (EAGLE-3's features).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from typing import NamedTuple
 
 import torch
@@ -21,13 +24,17 @@ from torch import nn
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.model.config import ModelConfig
-from eagle_hal.model.errors import InvalidConfigError
+from eagle_hal.model.errors import InvalidConfigError, TensorShapeMismatch
 from eagle_hal.model.fusion import fuse_for_inference
 from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding, lm_head_logits
 from eagle_hal.model.weights import check_fits, load_named_tensors
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
 __all__ = ["LlamaForCausalLM", "ModelOutput", "check_llama_checkpoint"]
+
+_FUSED_NAME = re.compile(
+    r"(?P<prefix>.+)\.(?P<module>self_attn\.qkv_proj|mlp\.gate_up_proj)\.(?P<kind>weight|bias)"
+)
 
 
 def _stream(hidden: torch.Tensor, residual: torch.Tensor | None) -> torch.Tensor:
@@ -157,7 +164,36 @@ class LlamaForCausalLM(nn.Module):
         def skip(name: str) -> bool:
             return name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight")
 
-        load_named_tensors(self, tensors, source, skip=skip)
+        load_named_tensors(self, self._split_fused(tensors, source), source, skip=skip)
+
+    def _split_fused(
+        self, tensors: Iterable[tuple[str, torch.Tensor]], source: str
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Phi-3's ``self_attn.qkv_proj`` (rows: Q, then K, then V) and ``mlp.gate_up_proj``
+        (rows: gate, then up) as the separate tensors of our parameter names; every other
+        tensor as it is. A fused tensor of the wrong row count is a ``TensorShapeMismatch``."""
+        config = self.config
+        q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+        parts = {
+            "self_attn.qkv_proj": (("self_attn.q_proj", q), ("self_attn.k_proj", kv),
+                                   ("self_attn.v_proj", kv)),
+            "mlp.gate_up_proj": (("mlp.gate_proj", config.intermediate_size),
+                                 ("mlp.up_proj", config.intermediate_size)),
+        }
+        for name, tensor in tensors:
+            match = _FUSED_NAME.fullmatch(name)
+            if match is None:
+                yield name, tensor
+                continue
+            split = parts[match["module"]]
+            rows = sum(size for _, size in split)
+            if tensor.dim() == 0 or tensor.shape[0] != rows:
+                raise TensorShapeMismatch(
+                    name, (rows, *tuple(tensor.shape[1:])), tuple(tensor.shape), source)
+            start = 0
+            for part, size in split:
+                yield f"{match['prefix']}.{part}.{match['kind']}", tensor[start:start + size]
+                start += size
 
 
 def check_llama_checkpoint(
