@@ -189,10 +189,14 @@ class Engine:
         new_ids = request.output_ids[request.streamed_tokens :]
         if not new_text and not new_ids and not request.finished:
             return None
+        logprobs = None
+        if request.params.logprobs is not None:
+            logprobs = tuple(request.logprobs[request.streamed_tokens : len(request.output_ids)])
         request.streamed_chars = len(text)
         request.streamed_tokens = len(request.output_ids)
         return StreamDelta(
-            request.request_id, new_text, tuple(new_ids), request.finished, request.finish_reason
+            request.request_id, new_text, tuple(new_ids), request.finished, request.finish_reason,
+            logprobs,
         )
 
     # -- driving ---------------------------------------------------------------------------
@@ -217,6 +221,7 @@ class Engine:
             finish_reason=request.finish_reason,
             stats=request.stats,
             error=request.error,
+            logprobs=tuple(request.logprobs) if request.params.logprobs is not None else None,
         )
 
     def forget(self, request: Request) -> None:

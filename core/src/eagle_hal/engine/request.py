@@ -11,7 +11,7 @@ import functools
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from eagle_hal.errors import InvalidArgument
 from eagle_hal.validation import (
@@ -33,6 +33,7 @@ __all__ = [
     "RequestStatus",
     "SamplingParams",
     "StreamDelta",
+    "TokenLogprobs",
 ]
 
 
@@ -193,6 +194,16 @@ def _check_logit_bias(value: Any) -> dict[int, float] | None:
     return bias or None
 
 
+class TokenLogprobs(NamedTuple):
+    """One output token's logprobs (``SamplingParams.logprobs``): the sampled token's, and
+    the ``logprobs`` most likely tokens' as ``(token id, logprob)``, most likely first.
+    Tokens the sampled distribution cannot produce (a top-k, top-p or min-p cut) have
+    logprob ``-inf`` and are not listed among the top ones."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 class RequestStatus(enum.Enum):
     WAITING = "waiting"  # queued, no KV
     RUNNING = "running"  # has KV, decoding
@@ -266,6 +277,11 @@ class Request:
     num_detokenized: int = 0
     streamed_tokens: int = 0
     streamed_chars: int = 0
+    # with SamplingParams.logprobs: one entry per output id; the worker leaves those of
+    # the tokens it emits in ``pending_logprobs``, and ``append_tokens`` keeps the ones of
+    # the tokens it appends
+    logprobs: list[TokenLogprobs] = dataclasses.field(default_factory=list)
+    pending_logprobs: list[TokenLogprobs] = dataclasses.field(default_factory=list)
     _stop_ids: tuple[SamplingParams, tuple[int, ...], frozenset[int]] | None = dataclasses.field(
         default=None, repr=False, compare=False)  # stop_token_set's, with what it came from
 
@@ -307,6 +323,8 @@ class RequestOutput:
     finish_reason: FinishReason
     stats: RequestStats
     error: str | None = None
+    # per output token (SamplingParams.logprobs set), else None
+    logprobs: tuple[TokenLogprobs, ...] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -326,3 +344,5 @@ class StreamDelta:
     token_ids: Sequence[int]
     finished: bool
     finish_reason: FinishReason | None = None
+    # the logprobs of ``token_ids`` (SamplingParams.logprobs set), else None
+    logprobs: Sequence[TokenLogprobs] | None = None

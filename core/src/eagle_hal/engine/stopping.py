@@ -19,10 +19,16 @@ per request and token. (A stream that keeps ending inside a character -- bytes t
 not valid UTF-8 -- holds its window open, and its cost grows back to that.) A finished
 request's text is flushed (``finish_text``), so it equals the decode of its output ids, cut
 before a stop string.
+
+``SamplingParams.skip_special_tokens`` reaches the detokenizer as its
+``skip_special_tokens`` keyword, where its ``decode`` takes one (a decoder without it
+decodes every id). The logprobs the worker left for the emitted tokens
+(``Request.pending_logprobs``) follow the tokens appended, one entry per output id.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -32,6 +38,8 @@ __all__ = ["Detokenizer", "append_tokens", "finish_text", "safe_stream_text"]
 
 
 class Detokenizer(Protocol):
+    """``decode(token_ids)``; one that takes ``skip_special_tokens=`` gets the request's."""
+
     def decode(self, token_ids: Sequence[int]) -> str: ...
 
 
@@ -50,6 +58,7 @@ def append_tokens(
     stop_ids = request.stop_token_set()
     stops = request.params.stop
     longest_stop = max(map(len, stops)) if stops else 0
+    pending, request.pending_logprobs = request.pending_logprobs, []
     consumed = 0
     for token in tokens:
         consumed += 1
@@ -57,6 +66,8 @@ def append_tokens(
             request.finish_reason = FinishReason.STOP
             break
         request.output_ids.append(token)
+        if consumed <= len(pending):
+            request.logprobs.append(pending[consumed - 1])
         if detokenizer is not None:
             previous = len(request.text)
             held = _extend_text(request, detokenizer, final=False)
@@ -96,10 +107,11 @@ def _extend_text(request: Request, detokenizer: Detokenizer, *, final: bool) -> 
     start, end = request.text_window, request.num_detokenized
     if end == len(ids):
         return ""
-    before = detokenizer.decode(ids[start:end]) if end > start else ""
-    after = detokenizer.decode(ids[start:])
+    decode = _decoder(detokenizer, request.params.skip_special_tokens)
+    before = decode(ids[start:end]) if end > start else ""
+    after = decode(ids[start:])
     if not after.startswith(before):
-        request.text = detokenizer.decode(ids)
+        request.text = decode(ids)
         request.text_window = request.num_detokenized = len(ids)
         return ""
     new = after[len(before) :]
@@ -108,6 +120,25 @@ def _extend_text(request: Request, detokenizer: Detokenizer, *, final: bool) -> 
     request.text += new
     request.text_window, request.num_detokenized = end, len(ids)
     return ""
+
+
+_TAKES_SKIP: dict[type, bool] = {}
+
+
+def _decoder(detokenizer: Detokenizer, skip_special_tokens: bool):
+    """``detokenizer.decode`` with the request's ``skip_special_tokens``, where it takes
+    the keyword (asked once per detokenizer type)."""
+    kind = type(detokenizer)
+    takes = _TAKES_SKIP.get(kind)
+    if takes is None:
+        try:
+            takes = "skip_special_tokens" in inspect.signature(detokenizer.decode).parameters
+        except (TypeError, ValueError):  # a builtin without a signature
+            takes = False
+        _TAKES_SKIP[kind] = takes
+    if not takes:
+        return detokenizer.decode
+    return lambda ids: detokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
 
 def _find_stop(text: str, stops: Sequence[str], start: int) -> int | None:

@@ -255,13 +255,17 @@ class SamplingOps(abc.ABC):
         temperatures: torch.Tensor,
         top_ks: torch.Tensor,
         top_ps: torch.Tensor,
+        min_ps: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The target distribution to sample from, float32 ``[B, ..., V_padded]`` from logits
         of the same shape; entries past ``vocab_size`` are 0. Per request (``[B]`` tensors):
         softmax of ``logits / temperature``, then keep the ``top_k`` most likely tokens
         (``top_k <= 0`` keeps all), then the smallest prefix of those whose renormalised mass
-        reaches ``top_p`` (``top_p >= 1`` keeps all), renormalised. ``temperature <= 0`` gives
-        the one-hot of ``masked_argmax`` (greedy requests in a mixed batch)."""
+        reaches ``top_p`` (``top_p >= 1`` keeps all), then those whose probability is at least
+        ``min_p`` times the most likely token's (``min_ps`` ``None``, or ``min_p <= 0``, keeps
+        all; the most likely token always stays), renormalised. ``temperature <= 0`` gives
+        the one-hot of ``masked_argmax`` (greedy requests in a mixed batch). The caller passes
+        ``min_ps`` only for a batch with a request that sets min-p."""
 
     @abc.abstractmethod
     def sampling_noise(

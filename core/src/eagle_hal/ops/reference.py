@@ -70,8 +70,9 @@ class ReferenceSamplingOps(SamplingOps):
         temperatures: torch.Tensor,
         top_ks: torch.Tensor,
         top_ps: torch.Tensor,
+        min_ps: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return _target.target_probs(logits, vocab_size, temperatures, top_ks, top_ps)
+        return _target.target_probs(logits, vocab_size, temperatures, top_ks, top_ps, min_ps)
 
     def sampling_noise(
         self,

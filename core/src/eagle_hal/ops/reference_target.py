@@ -29,10 +29,14 @@ def target_probs(
     temperatures: torch.Tensor,
     top_ks: torch.Tensor,
     top_ps: torch.Tensor,
+    min_ps: torch.Tensor | None = None,
 ) -> torch.Tensor:
     check_vocab(logits, vocab_size)
     batch_size, padded_vocab = logits.shape[0], logits.shape[-1]
-    for name, values in (("temperatures", temperatures), ("top_ks", top_ks), ("top_ps", top_ps)):
+    checked = [("temperatures", temperatures), ("top_ks", top_ks), ("top_ps", top_ps)]
+    if min_ps is not None:
+        checked.append(("min_ps", min_ps))
+    for name, values in checked:
         if tuple(values.shape) != (batch_size,):
             raise TreeConfigError(f"{name} must be [B] = [{batch_size}], got {tuple(values.shape)}")
     rows = logits.reshape(batch_size, -1, padded_vocab)[..., :vocab_size].float()  # [B, R, V]
@@ -52,6 +56,10 @@ def target_probs(
     total = kept.sum(dim=-1, keepdim=True)
     within_top_p = (mass_before < per_request(top_ps.float()) * total) | (rank == 0)
     kept = torch.where(within_top_p, kept, 0.0)
+    if min_ps is not None:
+        # min-p: drop what is less likely than min_p times the most likely token (the
+        # first of the sorted row, never cut), a ratio no renormalisation changes
+        kept = torch.where(kept >= per_request(min_ps.float()) * kept[..., :1], kept, 0.0)
     kept = kept / kept.sum(dim=-1, keepdim=True)
     probs = torch.zeros_like(kept).scatter_(-1, order, kept)
 

@@ -42,6 +42,18 @@ class SamplingBatch:
     top_ks: torch.Tensor  # [B] int64
     top_ps: torch.Tensor  # [B] float32
     seeds: torch.Tensor  # [B] int64
+    min_ps: torch.Tensor | None = None  # [B] float32; None: no request sets min-p
+
+    def target_probs(self, ops: SamplingOps, logits: torch.Tensor, vocab_size: int,
+                     temperatures: torch.Tensor | None = None) -> torch.Tensor:
+        """``ops.target_probs`` with these settings (``temperatures`` in place of the
+        batch's where given); ``min_ps`` goes only where a request sets it, so a batch
+        without min-p costs nothing more."""
+        temperatures = self.temperatures if temperatures is None else temperatures
+        if self.min_ps is None:
+            return ops.target_probs(logits, vocab_size, temperatures, self.top_ks, self.top_ps)
+        return ops.target_probs(logits, vocab_size, temperatures, self.top_ks, self.top_ps,
+                                min_ps=self.min_ps)
 
     @classmethod
     def of(
@@ -54,6 +66,8 @@ class SamplingBatch:
             top_ks=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
             top_ps=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
             seeds=torch.tensor(seeds, dtype=torch.int64, device=device),
+            min_ps=torch.tensor([p.min_p for p in params], dtype=torch.float32, device=device)
+            if any(p.min_p > 0 for p in params) else None,
         )
 
 
@@ -83,9 +97,7 @@ def accept_tree(
         return ops.verify_greedy(tokens, retrieve_next_token, retrieve_next_sibling, predict,
                                  num_steps)
     batch, nodes = tokens.shape
-    probs = ops.target_probs(
-        logits, vocab_size, sampling.temperatures, sampling.top_ks, sampling.top_ps
-    )  # [B, N, V]
+    probs = sampling.target_probs(ops, logits, vocab_size)  # [B, N, V]
     noise = ops.sampling_noise(
         batch, nodes, device=logits.device, seeds=sampling.seeds, counter=counters
     )

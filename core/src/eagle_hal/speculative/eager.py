@@ -12,7 +12,9 @@ steps, top-k K, N verify nodes:
    out as the verify tree (root = the pending token; ``speculative.drafting``). At S = 0 a
    one-node tree, no draft;
 3. verify: one TARGET_VERIFY forward over the N nodes under the tree mask;
-4. accept (greedy or lossless tree sampling), read back in the iteration's one host sync;
+4. accept (greedy or lossless tree sampling; ``sample_tree``: the logit bias and penalties
+   per node first, for a batch that sets them, and the logprobs of what was emitted for
+   one that asks), read back in the iteration's one host sync;
    move the accepted nodes not already in place (never for plain decoding or chains) to
    the front and free the rest (truncate);
 5. draft extend: the draft consumes the emitted tokens with the target's features of the
@@ -27,18 +29,48 @@ target's feature at ``p``, so it runs a depth-d node at draft position ``seq_len
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import torch
 
-from eagle_hal.engine.request import Request
+from eagle_hal.engine.request import Request, TokenLogprobs
 from eagle_hal.hal.attention import ForwardMode
-from eagle_hal.hal.sampling import TreeShape
+from eagle_hal.hal.sampling import AcceptResult, TreeShape, VerifyTree
+from eagle_hal.speculative import logprobs as _logprobs
 from eagle_hal.speculative.acceptance import accept_tree
 from eagle_hal.speculative.draft_tracker import table_row
 from eagle_hal.speculative.drafting import DraftInputs, draft_tree, single_node_tree
 from eagle_hal.speculative.iteration import DecodeBatch, IterationContext, Outputs
 
-__all__ = ["EagerIteration"]
+__all__ = ["EagerIteration", "sample_tree"]
+
+
+def sample_tree(
+    context: IterationContext,
+    logits: torch.Tensor,
+    requests: Sequence[Request],
+    tree: VerifyTree,
+    steps: int,
+    counters: torch.Tensor,
+) -> tuple[AcceptResult, list[list[TokenLogprobs]] | None]:
+    """Accept from the target's ``logits [B, N, V]`` over ``tree`` (``accept_tree``), each
+    node's logits through the logit bias and penalties of its own path first where a
+    request sets them (``speculative.logits_processing``); with the logprobs of every
+    emitted token, per request, where one asks (``speculative.logprobs``; else ``None``).
+    Prefill (a one-node tree per request) and the eager iteration share it."""
+    processed = logits
+    if context.processing.needed(requests):
+        processed = context.processing.apply(logits, requests, tree.tokens,
+                                             tree.retrieve_next_token, tree.retrieve_next_sibling)
+    sampling = context.sampling.of(requests)
+    result = accept_tree(
+        context.ops, processed, context.vocab_size, tree.tokens, tree.retrieve_next_token,
+        tree.retrieve_next_sibling, steps, sampling, counters,
+    )
+    if not _logprobs.wanted(requests):
+        return result, None
+    return result, _logprobs.emitted_logprobs(context.ops, sampling, logits, processed,
+                                              context.vocab_size, requests, tree.tokens, result)
 
 
 class EagerIteration:
@@ -122,11 +154,13 @@ class EagerIteration:
         # in the one host sync of the iteration, then move off-place KV and free the rest
         with timer.phase("accept"):
             greedy = all(r.params.greedy for r in requests)
-            result = accept_tree(
-                ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
-                tree.retrieve_next_sibling, steps, context.sampling.of(requests),
+            result, logprobs = sample_tree(
+                context, logits, requests, tree, steps,
                 seq_lens_device if greedy else 2 * seq_lens_device,
             )
+            if logprobs is not None:
+                for request, entries in zip(requests, logprobs, strict=True):
+                    request.pending_logprobs = entries
             width = result.accepted_nodes.shape[1]
             readback = torch.cat(
                 [result.accept_lens.long().view(-1, 1), result.bonus_tokens.long().view(-1, 1),

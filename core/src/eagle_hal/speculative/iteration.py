@@ -18,6 +18,10 @@ Each strategy keeps its own state (what it has in flight) and reaches everything
 through an ``IterationContext``: the runner and sampling ops, the draft's per-request state
 (``DraftTracker``), the batch's sampling tensors, the adaptive controller and its accounts,
 the phase timer and the per-depth counts.
+
+The logit bias and the penalties (``speculative.logits_processing``) and the logprobs
+(``speculative.logprobs``) run in ``EagerIteration`` only: the worker takes it for every
+batch with a request that sets them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from eagle_hal.speculative.acceptance import SamplingBatch
 from eagle_hal.speculative.adaptive import AdaptiveController
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.draft_tracker import DraftTracker
+from eagle_hal.speculative.logits_processing import LogitsProcessing
 from eagle_hal.speculative.reports import ControllerReports
 
 __all__ = [
@@ -199,6 +204,8 @@ class IterationContext:
         self.vocab_size: int = runner.target.config.vocab_size
         self.aux_layers: tuple[int, ...] = tuple(getattr(runner.draft, "aux_layers", ()) or ())
         self.sampling = SamplingTensors(runner, seed)
+        # logit bias and penalties, per request (speculative.logits_processing)
+        self.processing = LogitsProcessing(self.vocab_size, runner.device)
         self.reports = ControllerReports()  # the accounts between controller reports
         self.timer = PhaseTimer(runner.backend.synchronize)
         self.iterations_at_depth: Counter[int] = Counter()  # decode iterations per depth S

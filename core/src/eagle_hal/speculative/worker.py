@@ -33,13 +33,12 @@ from eagle_hal.engine.runner import ModelRunner
 from eagle_hal.engine.scheduler import Scheduler
 from eagle_hal.hal.attention import ForwardMode
 from eagle_hal.hal.sampling import SamplingOps
-from eagle_hal.speculative.acceptance import accept_tree
 from eagle_hal.speculative.adaptive import AdaptiveController
 from eagle_hal.speculative.catchup import CatchUpTotals
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.draft_tracker import DraftTracker, table_row
 from eagle_hal.speculative.drafting import DraftState, single_node_tree
-from eagle_hal.speculative.eager import EagerIteration
+from eagle_hal.speculative.eager import EagerIteration, sample_tree
 from eagle_hal.speculative.iteration import (
     DecodeBatch,
     Iteration,
@@ -184,6 +183,7 @@ class EagleWorker:
     def release(self, request: Request) -> None:
         self.context.draft.forget(request)
         self.context.sampling.forget()
+        self.context.processing.forget(request)
 
     def drain(self) -> list[tuple[Request, list[int]]]:
         """Read back the iteration in flight without launching another: the requests it
@@ -231,11 +231,11 @@ class EagleWorker:
         logits = runner.target.compute_logits(out.hidden_states[last])[:, None, :]  # [B, 1, V]
         fresh = [not r.output_ids for r in requests]
         tree = single_node_tree(batch.input_ids[last], lengths_device)
-        result = accept_tree(
-            context.ops, logits, context.vocab_size, tree.tokens, tree.retrieve_next_token,
-            tree.retrieve_next_sibling, 0, context.sampling.of(requests), counters,
-        )
+        result, logprobs = sample_tree(context, logits, requests, tree, 0, counters)
         sampled = result.bonus_tokens.tolist()
+        if logprobs is not None:  # a fresh request's first token (a resumed one keeps its last)
+            for request, entries, f in zip(requests, logprobs, fresh, strict=True):
+                request.pending_logprobs = entries if f else []
         roots = [s if f else r.output_ids[-1]
                  for s, f, r in zip(sampled, fresh, requests, strict=True)]
         for request, length in zip(requests, lengths, strict=True):
@@ -282,6 +282,7 @@ class EagleWorker:
         speculative = self.speculative
         if speculative.in_flight is None or (
             batch.steps > 0 and self._overlaps(batch.steps) and speculative.continues(batch)
+            and not _eager_only(batch.requests)
         ):
             return None
         finished = speculative.finish(batch.requests)
@@ -289,7 +290,7 @@ class EagleWorker:
 
     def _strategy(self, batch: DecodeBatch) -> Iteration:
         """The strategy of this call; the others' iterations in flight are given up."""
-        if not self._overlaps(batch.steps):
+        if not self._overlaps(batch.steps) or _eager_only(batch.requests):
             chosen: Iteration = self.eager
         elif batch.steps == 0:
             chosen = self.plain
@@ -299,6 +300,16 @@ class EagleWorker:
             if strategy is not chosen:
                 strategy.discard()
         return chosen
+
+
+def _eager_only(requests: Sequence[Request]) -> bool:
+    """Whether the batch needs the eager iteration: a request with a logit bias or a
+    penalty, or one that asks for logprobs. Penalties count the tokens before each
+    position, which an overlapped launch does not have on the host (the previous
+    iteration's are still on the device), and the verify-accept-extend graph records a
+    greedy accept without the logits stage; logprobs are read back per emitted token.
+    (min-p, top-k and top-p reach every strategy through the sampling tensors.)"""
+    return any(r.params.processes_logits or r.params.logprobs is not None for r in requests)
 
 
 def _cumsum(values: Sequence[int]) -> list[int]:

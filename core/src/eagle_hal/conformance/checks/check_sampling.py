@@ -193,6 +193,38 @@ def test_target_probs(
     assert_close("target_probs", got, expected, *tolerance("float32"))
 
 
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_target_probs_min_p(
+    ops: Any, reference_ops: Any, device: Any, tolerance: Any, case: Case
+) -> None:
+    """target_probs with min-p beside temperature, top-k and top-p (min_ps is optional in
+    the contract: a backend that implements target_probs must take it)."""
+    p = _pipeline(case, reference_ops)
+    min_ps = torch.tensor([0.0, 0.1, 0.3, 0.05, 0.6][: case.batch])
+    expected = reference_ops.target_probs(p.logits, case.vocab, *p.params, min_ps=min_ps)
+    got = ops.target_probs(p.logits.to(device), case.vocab, *_on(device, *p.params),
+                           min_ps=min_ps.to(device))
+    assert_close("target_probs(min_ps)", got, expected, *tolerance("float32"))
+
+
+def test_golden_target_probs_min_p(ops: Any, device: Any) -> None:
+    """min-p by hand: probabilities (0.5, 0.3, 0.15, 0.05) at temperature 1; min_p 0.25
+    keeps what reaches 0.125 (the first three), min_p 0.5 keeps the first two after a
+    top-k of 3, min_p 0 keeps all; one padded entry stays 0."""
+    law = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = torch.cat([law.log(), torch.tensor([30.0])]).expand(3, 1, 5).contiguous()
+    got = ops.target_probs(logits.to(device), 4, torch.ones(3, device=device),
+                           torch.tensor([0, 3, 0], device=device),
+                           torch.ones(3, device=device),
+                           min_ps=torch.tensor([0.25, 0.5, 0.0], device=device)).cpu()
+    expected = torch.tensor([
+        [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0, 0.0],
+        [0.5 / 0.8, 0.3 / 0.8, 0.0, 0.0, 0.0],
+        [0.5, 0.3, 0.15, 0.05, 0.0],
+    ])
+    assert_close("target_probs(min_ps) golden", got[:, 0], expected, 1e-5, 1e-6)
+
+
 def test_sampling_noise_seeded(ops: Any, reference_ops: Any, device: Any) -> None:
     """Seeded (counter-based) noise is bit-identical to the reference's; unseeded is in range."""
     seeds = torch.tensor([0, 1, 12345, 2**40 + 7])
