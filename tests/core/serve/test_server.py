@@ -201,18 +201,17 @@ def test_stop_strings_across_token_boundaries(server, oracle, stream):
 
 
 def test_context_full_is_length_with_the_precise_reason(server, oracle):
-    """A request whose max_tokens reaches past what the context holds ends at the
-    context: OpenAI's "length", and ``eagle_hal_finish_reason`` names which."""
-    prompt_ids = server.llm.tokenizer.encode(PROMPT)
-    room = server.llm.scheduler.config.max_context - len(prompt_ids)
-    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=room,
-                                             temperature=0, extra_body={"ignore_eos": True})
+    """A chat without max_tokens runs until the context is full: OpenAI's "length", and
+    ``eagle_hal_finish_reason`` says which."""
+    out = server.client().chat.completions.create(model=MODEL, messages=CHAT, temperature=0,
+                                                  extra_body={"ignore_eos": True})
     choice = out.choices[0]
     assert choice.finish_reason == "length"
-    assert choice.eagle_hal_finish_reason in ("context_full", "length")
-    expected = oracle(PROMPT, max_tokens=room, ignore_eos=True)
-    assert choice.eagle_hal_finish_reason == expected.finish_reason.value
-    assert choice.text == expected.text
+    assert choice.eagle_hal_finish_reason == "context_full"
+    expected = oracle(CHAT, chat=True, max_tokens=10_000, ignore_eos=True)
+    assert expected.finish_reason.value == "context_full"
+    assert choice.message.content == expected.text
+    assert out.usage.total_tokens == server.llm.scheduler.config.max_context
 
 
 # -- what is refused ----------------------------------------------------------------------------

@@ -186,15 +186,17 @@ def _count(body: Mapping[str, Any], name: str, default: int, cap: int) -> int:
 
 def _max_tokens(body: Mapping[str, Any], chat: bool, prompt_len: int, max_context: int,
                 limits: RequestLimits) -> int:
-    """The choice's token budget: asked (``max_completion_tokens`` or ``max_tokens``), or
-    the default; ``prompt + max_tokens <= max_context``."""
+    """The choice's token budget: asked (``max_completion_tokens`` or ``max_tokens``), with
+    ``prompt + max_tokens <= max_context``; or the default: 16 for a completion (OpenAI's),
+    none for a chat completion (the cap), which then ends at EOS, a stop, or when the
+    context is full."""
     room = max_context - prompt_len
     name = "max_tokens"
     asked = body.get("max_tokens")
     if chat and body.get("max_completion_tokens") is not None:
         name, asked = "max_completion_tokens", body["max_completion_tokens"]
     if asked is None:
-        return max(1, min(room, limits.max_tokens, 16 if not chat else room))
+        return limits.max_tokens if chat else max(1, min(room, limits.max_tokens, 16))
     try:
         asked = check_int(name, asked, low=1, high=limits.max_tokens)
     except InvalidArgument as bad:

@@ -8,9 +8,9 @@ neutral value (the value that changes nothing: a penalty of 0, ``logit_bias`` em
 400 with code ``unsupported_parameter`` naming the field.
 
 OpenAI's defaults apply where they differ from the library's: ``temperature`` 1.0, and
-``max_tokens`` 16 for a completion (a chat completion's default is what the context
-leaves). The library's own checks (``InvalidArgument``) become 400s naming the request's
-field.
+``max_tokens`` 16 for a completion (a chat completion without one runs until EOS, a stop,
+or the end of the context). The library's own checks (``InvalidArgument``) become 400s
+naming the request's field.
 """
 
 from __future__ import annotations
