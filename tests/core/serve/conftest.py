@@ -11,12 +11,23 @@ import os
 import sys
 
 import pytest
+import torch
 from eagle_hal import select_backend
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
 sys.path.insert(0, os.path.dirname(__file__))
 
 from serving import build_byte_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models on a shared machine: intra-op threads only add contention (the server's
+    threads and the clients' share the cores too)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

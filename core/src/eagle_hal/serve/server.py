@@ -10,6 +10,7 @@ stops the engine thread.
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -41,8 +42,14 @@ class _Uvicorn(uvicorn.Server):
         self._on_exit = on_exit
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        # as uvicorn's, without recording the signal to raise again once stopped: a
+        # graceful shutdown on SIGTERM is a success (exit status 0); a second SIGINT
+        # forces the exit
         self._on_exit()
-        super().handle_exit(sig, frame)
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
 
 
 class Server:

@@ -1,0 +1,106 @@
+"""``eagle-hal serve`` as a user runs it: flags refused before anything loads (exit status
+2, one line), and the real command in a subprocess on a tiny model directory, answering the
+``openai`` client with the key from the environment, then shutting down on SIGTERM while a
+stream runs: the stream finishes, the process exits 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+
+import openai
+import pytest
+from eagle_hal.cli import main
+from safetensors.torch import save_file
+from serving import MODEL
+
+
+@pytest.mark.parametrize(("argv", "flag"), [
+    (["--host", "0.0.0.0"], "--host"),
+    (["--host", "192.168.1.4", "--port", "8000"], "--host"),
+    (["--port", "70000"], "--port"),
+    (["--limit-n", "0"], "--limit-n"),
+    (["--max-waiting", "-1"], "--max-waiting"),
+    (["--shutdown-timeout", "nan"], "--shutdown-timeout"),
+])
+def test_bad_flags_exit_2_before_loading(argv, flag, capsys, monkeypatch):
+    monkeypatch.delenv("EAGLE_HAL_API_KEY", raising=False)
+    assert main(["serve", "--device", "cpu", "--model", "/nonexistent", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err
+
+
+def test_a_key_file_must_hold_a_key(tmp_path, capsys):
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    for path in (empty, tmp_path / "missing"):
+        assert main(["serve", "--model", "/nonexistent", "--api-key-file", str(path)]) == 2
+        assert "--api-key-file" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, models, byte_tokenizer):
+    """The tiny target as a Hugging Face directory, with the byte tokenizer."""
+    from serving import TEMPLATE
+
+    target, _ = models
+    directory = tmp_path_factory.mktemp("tiny-serve")
+    c = target.config
+    (directory / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": c.vocab_size, "hidden_size": c.hidden_size,
+        "intermediate_size": c.intermediate_size, "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads, "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim, "max_position_embeddings": c.max_position_embeddings,
+        "rms_norm_eps": c.rms_norm_eps, "rope_theta": c.rope_theta,
+        "eos_token_id": list(byte_tokenizer.eos_token_ids), "tie_word_embeddings": False,
+        "hidden_act": "silu"}))
+    save_file({k: v.detach().clone().contiguous() for k, v in target.state_dict().items()},
+              str(directory / "model.safetensors"))
+    (directory / "tokenizer.json").write_text(byte_tokenizer.backend.to_str())
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": TEMPLATE, "eos_token": "<|im_end|>"}))
+    return directory
+
+
+def test_serve_answers_with_the_key_and_shuts_down_on_sigterm(model_dir, tmp_path):
+    env = {**os.environ, "EAGLE_HAL_API_KEY": "k-123", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "eagle_hal", "serve", "--device", "cpu", "--model",
+         str(model_dir), "--draft", "none", "--port", "0", "--served-model-name", MODEL,
+         "--max-context", "512", "--log-level", "warning"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    try:
+        url = None
+        lines = []
+        for line in process.stderr:
+            lines.append(line)
+            found = re.search(r"at (http://127\.0\.0\.1:\d+)/v1", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "".join(lines)
+        threading.Thread(target=process.stderr.read, daemon=True).start()  # keep draining
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="k-123", max_retries=0,
+                               timeout=60)
+        assert [m.id for m in client.models.list().data] == [MODEL]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"{url}/v1", api_key="nope", max_retries=0).models.list()
+        stream = client.completions.create(model=MODEL, prompt="the cat", max_tokens=60,
+                                           temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True})
+        chunks = iter(stream)
+        first = next(chunks)
+        process.send_signal(signal.SIGTERM)  # graceful: the running stream still finishes
+        rest = list(chunks)
+        assert (rest or [first])[-1].choices[0].finish_reason == "length"
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
