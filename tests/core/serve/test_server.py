@@ -310,17 +310,43 @@ def test_sampling_fields_the_engine_lacks_are_unsupported(server, oracle, name, 
     assert response.json()["choices"][0]["text"] == oracle(PROMPT, max_tokens=4).text
 
 
-def test_logprobs_are_unsupported_until_the_engine_reports_them(server):
-    body = {"model": MODEL, "messages": CHAT, "max_tokens": 4, "logprobs": True,
-            "top_logprobs": 2}
+def test_logprobs_equal_plain_decodings(server, oracle):
+    """Chat's ``logprobs.content`` and a completion's parallel lists: the chosen tokens'
+    log probabilities and the top alternatives, as plain decoding reports them."""
+    decode = server.llm.tokenizer.decode
+    expected = oracle(CHAT, chat=True, max_tokens=6, logprobs=2, ignore_eos=True)
+    body = {"model": MODEL, "messages": CHAT, "max_tokens": 6, "logprobs": True,
+            "top_logprobs": 2, "temperature": 0, "ignore_eos": True}
     response = post(server, "/v1/chat/completions", json.dumps(body))
-    if "logprobs" in sampling_fields():
-        assert response.status_code == 200
-        content = response.json()["choices"][0]["logprobs"]["content"]
-        assert len(content) == response.json()["usage"]["completion_tokens"]
-    else:
-        assert response.status_code == 400
-        assert error_of(response)["code"] == "unsupported_parameter"
+    assert response.status_code == 200, response.text
+    content = response.json()["choices"][0]["logprobs"]["content"]
+    assert len(content) == len(expected.token_ids) == 6
+    for entry, token, want in zip(content, expected.token_ids, expected.logprobs, strict=True):
+        assert entry["token"] == decode([token])
+        assert entry["logprob"] == pytest.approx(want.logprob, abs=1e-5)
+        assert [t["token"] for t in entry["top_logprobs"]] == [decode([t]) for t, _ in want.top]
+        assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx(
+            [lp for _, lp in want.top], abs=1e-5)
+    expected = oracle(PROMPT, max_tokens=5, logprobs=3, ignore_eos=True)
+    out = server.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=5,
+                                             logprobs=3, temperature=0,
+                                             extra_body={"ignore_eos": True})
+    lp = out.choices[0].logprobs
+    assert lp.tokens == [decode([t]) for t in expected.token_ids]
+    assert lp.token_logprobs == pytest.approx([e.logprob for e in expected.logprobs], abs=1e-5)
+    assert [list(d) for d in lp.top_logprobs] == [[decode([t]) for t, _ in e.top]
+                                                   for e in expected.logprobs]
+    assert lp.text_offset == [sum(len(x) for x in lp.tokens[:i]) for i in range(5)]
+
+
+def test_streamed_logprobs_cover_every_token(server, oracle):
+    expected = oracle(PROMPT, max_tokens=8, logprobs=1, ignore_eos=True)
+    chunks = list(server.client().completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=8, logprobs=1, temperature=0, stream=True,
+        extra_body={"ignore_eos": True}))
+    logprobs = [x for c in chunks if c.choices and c.choices[0].logprobs
+                for x in c.choices[0].logprobs.token_logprobs]
+    assert logprobs == pytest.approx([e.logprob for e in expected.logprobs], abs=1e-5)
 
 
 def test_tool_messages_and_bad_roles_are_400(server):
