@@ -194,7 +194,10 @@ class LLM:
         self.tokenizer = tokenizer
         self.spec = spec
         self.dtype = dtype
-        max_context = min(max_context, target.config.max_position_embeddings)
+        # max_context_len: the positions the model computes exactly (a sliding window's
+        # model attends over the whole context, so it stops at the window)
+        max_context = min(max_context, getattr(target.config, "max_context_len",
+                                               target.config.max_position_embeddings))
         tokens = kv_cache_tokens or max(max_batch_size * min(max_context, 1024), 4 * max_context)
         cache = CacheConfig(
             num_tokens=tokens, page_size=page_size,

@@ -1,10 +1,11 @@
 """The elementwise and normalisation kernels a model's layers call, chosen per backend.
 
 A decoder layer's GEMMs are torch's; what lies between them (RMSNorm, the residual add,
-rotary, SwiGLU's gate) is a handful of tiny operations that a fused kernel does in one
-launch each. ``Backend.model_kernels()`` hands the model one ``ModelKernels``: the
-pure-torch reference (``eagle_hal.ops.reference_model``) unless the backend has faster ones,
-such as the Triton kernels of ``eagle_hal.ops.triton.model_kernels``. The model receives
+rotary, the gated MLP's activation: SwiGLU's SiLU, or GELU-tanh for Gemma) is a handful
+of tiny operations that a fused kernel does in one launch each. ``Backend.model_kernels()``
+hands the model one ``ModelKernels``: the pure-torch reference
+(``eagle_hal.ops.reference_model``) unless the backend has faster ones, such as the Triton
+kernels of ``eagle_hal.ops.triton.model_kernels``. The model receives
 it through ``eagle_hal.model.fusion.fuse_for_inference``.
 
 Every implementation must match the reference's numerics: float32 statistics and angles,
@@ -99,3 +100,7 @@ class ModelKernels:
     # lm_head products (target logits, draft logits over the whole or a draft vocabulary);
     # numerics those of F.linear up to float32 summation order. None: F.linear
     logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    # gate_up [T, 2 * I] (gate columns, then up columns) -> gelu_tanh(gate) * up, [T, I]
+    # (GELU with the tanh approximation, Gemma's MLP), numerics those of torch's
+    # gelu(gate, approximate="tanh") * up in the activation dtype. None: exactly that
+    gelu_tanh_mul: Callable[[torch.Tensor], torch.Tensor] | None = None

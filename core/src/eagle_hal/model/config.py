@@ -31,8 +31,14 @@ SUPPORTED_HF_ARCHITECTURES: Mapping[str, str] = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
+    "Gemma3ForCausalLM": "gemma3",
 }
-_SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values())
+# ``model_type`` spellings of families whose ``architectures`` entry is another name
+_MODEL_TYPE_FAMILIES: Mapping[str, str] = {"gemma3_text": "gemma3"}
+# Hugging Face ``hidden_act`` / ``hidden_activation`` -> the gated MLP's activation
+_ACTIVATIONS: Mapping[str, str] = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+_SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values()) | frozenset(
+    _MODEL_TYPE_FAMILIES)
 _SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2")
 _REQUIRED_HF_KEYS = (
     "vocab_size",
@@ -90,7 +96,19 @@ class ModelConfig:
     attention_bias: bool = False  # bias on q/k/v projections (Qwen2; Llama's attention_bias)
     attention_out_bias: bool = False  # bias on o_proj (Llama's attention_bias only)
     sliding_window: int | None = None  # Mistral, Phi-3; see the module docstring
-    qk_norm: bool = False  # RMSNorm over head_dim of each query and key head (Qwen3)
+    qk_norm: bool = False  # RMSNorm over head_dim of each query and key head (Qwen3, Gemma 3)
+    # Gemma 3 (all neutral elsewhere): the gated MLP's activation ("silu" | "gelu_tanh"),
+    # the factor the token embeddings are scaled by (sqrt(hidden)), the attention's score
+    # scale (None: head_dim ** -0.5), norms after attention and MLP as well as before,
+    # what the checkpoint's norm weights lack (HF Gemma stores w for a scale of 1 + w),
+    # and the layers of local attention with their own rotary base.
+    activation: str = "silu"
+    embedding_scale: float = 1.0
+    attention_scale: float | None = None
+    sandwich_norms: bool = False
+    norm_weight_offset: float = 0.0
+    sliding_layers: tuple[int, ...] = ()
+    local_rope_theta: float | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
@@ -106,6 +124,11 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"rotary embeddings need an even head_dim, got {self.head_dim}")
+        if self.activation not in ("silu", "gelu_tanh"):
+            raise ValueError(f"activation must be 'silu' or 'gelu_tanh', got {self.activation!r}")
+        if any(not 0 <= i < self.num_layers for i in self.sliding_layers):
+            raise ValueError(f"sliding layers {self.sliding_layers} outside [0, "
+                             f"{self.num_layers})")
         factors = self.rope_scaling.frequency_factors
         if factors and len(factors) != self.head_dim // 2:
             raise ValueError(
@@ -133,6 +156,8 @@ class ModelConfig:
             per_layer += h
         if self.qk_norm:
             per_layer += 2 * self.head_dim
+        if self.sandwich_norms:
+            per_layer += 2 * h
         embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return embeddings + self.num_layers * per_layer + h
 
@@ -163,10 +188,12 @@ class ModelConfig:
         missing = [key for key in _REQUIRED_HF_KEYS if raw.get(key) is None]
         if missing:
             raise InvalidConfigError(f"{source} lacks required keys: {', '.join(missing)}")
-        activation = fields.text("hidden_act", "silu")
-        if activation != "silu":
+        activation_key = "hidden_activation" if raw.get("hidden_activation") else "hidden_act"
+        activation = fields.text(activation_key, "silu")
+        if activation not in _ACTIVATIONS:
             raise UnsupportedModelError(
-                f"hidden_act {activation!r} is not supported; only 'silu' (SwiGLU) is"
+                f"{activation_key} {activation!r} is not supported; supported: "
+                f"{', '.join(_ACTIVATIONS)}"
             )
         if fields.flag("mlp_bias", False):
             raise UnsupportedModelError("mlp_bias=true is not supported")
@@ -180,12 +207,14 @@ class ModelConfig:
             )
         num_heads = fields.integer("num_attention_heads")
         hidden_size = fields.integer("hidden_size")
-        rope_theta, rope_scaling = _hf_rope(raw, fields)
+        gemma = _hf_gemma3(raw, fields) if family == "gemma3" else {}
+        rope_raw = gemma.pop("rope_raw", raw)
+        rope_theta, rope_scaling = _hf_rope(rope_raw, ConfigFields(rope_raw, source))
         llama_bias = fields.flag("attention_bias", False)
         sliding_window = fields.integer("sliding_window", None)
         if family in ("qwen2", "qwen3") and not fields.flag("use_sliding_window", False):
             sliding_window = None
-        if family == "llama":
+        if family == "llama" or (family == "gemma3" and not gemma["sliding_layers"]):
             sliding_window = None
         head_dim = fields.integer("head_dim", None)
         return _built(
@@ -205,13 +234,16 @@ class ModelConfig:
             max_position_embeddings=fields.integer(
                 "max_position_embeddings", 4096, maximum=_MAX_POSITIONS
             ),
-            tie_word_embeddings=fields.flag("tie_word_embeddings", False),
+            tie_word_embeddings=gemma.pop(
+                "tie_word_embeddings", fields.flag("tie_word_embeddings", False)),
             attention_bias=family == "qwen2" or llama_bias,
             attention_out_bias=family != "qwen2" and llama_bias,
             sliding_window=sliding_window,
-            qk_norm=family == "qwen3",
+            qk_norm=family in ("qwen3", "gemma3"),
+            activation=_ACTIVATIONS[activation],
             bos_token_id=fields.integer("bos_token_id", None, minimum=0),
             eos_token_ids=fields.integers("eos_token_id"),
+            **gemma,
         )
 
     @classmethod
@@ -407,12 +439,64 @@ def _hf_family(raw: Mapping[str, Any]) -> str:
             return SUPPORTED_HF_ARCHITECTURES[name]
     model_type = raw.get("model_type")
     if not architectures and model_type in _SUPPORTED_MODEL_TYPES:
-        return str(model_type)
+        return _MODEL_TYPE_FAMILIES.get(str(model_type), str(model_type))
     shown = architectures or [model_type]
     raise UnsupportedModelError(
         f"architecture {', '.join(map(str, shown))} is not supported; supported: "
         f"{', '.join(SUPPORTED_HF_ARCHITECTURES)} (SmolLM2 uses LlamaForCausalLM)"
     )
+
+
+def _hf_gemma3(raw: Mapping[str, Any], fields: ConfigFields) -> dict[str, Any]:
+    """Gemma 3's fields beyond the Llama geometry, and (``rope_raw``) the config its global
+    layers' rotary is read from. Two spellings: transformers v5's ``layer_types`` and
+    ``rope_parameters`` per layer type, or the older ``sliding_window_pattern`` (every
+    pattern-th layer global), ``rope_local_base_freq`` and ``rope_theta``."""
+    layers = fields.integer("num_hidden_layers")
+    types = raw.get("layer_types")
+    if types is not None:
+        if not isinstance(types, list) or len(types) != layers or not all(
+            t in ("sliding_attention", "full_attention") for t in types
+        ):
+            raise InvalidConfigError(
+                f"{fields.source}: layer_types must list 'sliding_attention' or "
+                f"'full_attention' for each of the {layers} layers"
+            )
+        sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
+    else:
+        pattern = fields.integer("sliding_window_pattern", None) or fields.integer(
+            "_sliding_window_pattern", 6)
+        sliding = tuple(i for i in range(layers) if (i + 1) % pattern)
+    params = fields.mapping("rope_parameters")
+    if "full_attention" in params or "sliding_attention" in params:
+        full = ConfigFields(params, f"{fields.source} rope_parameters").mapping("full_attention")
+        local = ConfigFields(params, f"{fields.source} rope_parameters").mapping(
+            "sliding_attention")
+        rope_raw: Mapping[str, Any] = {"rope_parameters": full}
+        local_fields = ConfigFields(local, f"{fields.source} rope_parameters.sliding_attention")
+        local_theta = local_fields.number("rope_theta", 10000.0)
+        if local.get("rope_type", "default") != "default":
+            raise UnsupportedModelError(
+                f"rope scaling {local.get('rope_type')!r} on sliding layers is not supported"
+            )
+    else:
+        rope_raw = raw
+        local_theta = fields.number("rope_local_base_freq", 10000.0)
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if raw.get(key) is not None:
+            raise UnsupportedModelError(f"{key} is not supported (Gemma 3 sets none)")
+    hidden = fields.integer("hidden_size")
+    scalar = fields.number("query_pre_attn_scalar", None)
+    return {
+        "rope_raw": rope_raw,
+        "embedding_scale": math.sqrt(hidden),
+        "attention_scale": None if scalar is None else scalar**-0.5,
+        "sandwich_norms": True,
+        "norm_weight_offset": 1.0,
+        "sliding_layers": sliding,
+        "local_rope_theta": local_theta,
+        "tie_word_embeddings": fields.flag("tie_word_embeddings", True),
+    }
 
 
 def _hf_rope(raw: Mapping[str, Any], fields: ConfigFields) -> tuple[float, RopeScaling]:

@@ -33,6 +33,7 @@ from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS, apply_rotary
 __all__ = [
     "Attention",
     "DecoderLayer",
+    "SandwichDecoderLayer",
     "MLP",
     "RMSNorm",
     "RotaryEmbedding",
@@ -61,6 +62,12 @@ class RMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(norm(x + residual), x + residual)`` in one kernel where the backend has one."""
         return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
+
+
+def _gelu_tanh_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``gelu_tanh(gate) * up`` of ``gate_up`` ``[T, 2 * I]``, for kernels without one."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh") * up
 
 
 def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -179,12 +186,15 @@ class RotaryEmbedding:
 
 
 class MLP(nn.Module):
-    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+    """A gated MLP: ``down(act(gate(x)) * up(x))``, ``act`` SiLU (SwiGLU) or, for
+    ``activation="gelu_tanh"`` (Gemma), GELU with the tanh approximation."""
 
     kernels: ModelKernels = REFERENCE_MODEL_KERNELS
 
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+    def __init__(self, hidden_size: int, intermediate_size: int,
+                 activation: str = "silu") -> None:
         super().__init__()
+        self.activation = activation
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
@@ -197,10 +207,16 @@ class MLP(nn.Module):
             self._gate_up, _ = fuse_linears(pair)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gelu = self.activation == "gelu_tanh"
         if self._gate_up is None:
-            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+            gate = self.gate_proj(x)
+            gate = F.gelu(gate, approximate="tanh") if gelu else F.silu(gate)
+            return self.down_proj(gate * self.up_proj(x))
         gate_up = F.linear(x, self._gate_up)  # [T, 2 * intermediate]
-        return self.down_proj(self.kernels.silu_mul(gate_up))
+        if not gelu:
+            return self.down_proj(self.kernels.silu_mul(gate_up))
+        kernel = self.kernels.gelu_tanh_mul or _gelu_tanh_mul
+        return self.down_proj(kernel(gate_up))
 
     def forward_fused(
         self,
@@ -224,8 +240,8 @@ class Attention(nn.Module):
     """Q/K/V projections, rotary, the backend's attention for layer ``layer_id``, O projection.
 
     ``input_size`` defaults to the hidden size; EAGLE-3's draft layer reads ``2 * hidden``.
-    With ``config.qk_norm`` (Qwen3) each head's query and key are RMS-normalised over
-    ``head_dim`` (``q_norm``, ``k_norm``) before the rotation.
+    With ``config.qk_norm`` (Qwen3, Gemma 3) each head's query and key are RMS-normalised
+    over ``head_dim`` (``q_norm``, ``k_norm``) before the rotation.
     """
 
     kernels: ModelKernels = REFERENCE_MODEL_KERNELS
@@ -255,6 +271,11 @@ class Attention(nn.Module):
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        # attention backends scale scores by head_dim ** -0.5 (every engine builds them so);
+        # a model of another scale (Gemma's query_pre_attn_scalar) multiplies q by the ratio
+        self.query_scale = 1.0
+        if config.attention_scale is not None:
+            self.query_scale = config.attention_scale * self.head_dim**0.5
 
     def fuse_projections(self) -> None:
         """Run Q, K and V as one GEMM from now on (for inference; idempotent). Fuses what
@@ -285,6 +306,8 @@ class Attention(nn.Module):
             # one row per head: the norm kernels take [rows, width]
             q = self.q_norm(q.reshape(-1, self.head_dim)).view(q.shape)
             k = self.k_norm(k.reshape(-1, self.head_dim)).view(k.shape)
+        if self.query_scale != 1.0:
+            q = q * self.query_scale
         q, k = self.kernels.rotary(q, k, *rotary)
         out = attn.forward(self.layer_id, q, k, v, batch)  # [T, num_heads, head_dim]
         return self.o_proj(out.reshape(num_tokens, q_size))
@@ -330,7 +353,7 @@ def fused_kernels_for(
     has at most their ``max_tokens`` rows of a 16- or 32-bit float (16-bit: at most
     ``max_tokens_16bit``), both modules' projections are fused and every projection is a
     plain ``nn.Linear`` (a tensor-parallel shard's is not) without a down-projection bias,
-    and the attention has no per-head q/k norm."""
+    the attention has no per-head q/k norm and the MLP's activation is SiLU."""
     fused = attention.kernels.fused_linear
     if fused is None:
         return None
@@ -344,6 +367,8 @@ def fused_kernels_for(
     if attention._qkv is None or mlp._gate_up is None or mlp.down_proj.bias is not None:
         return None
     if attention.q_norm is not None:  # the fused QKV launch rotates without a q/k norm
+        return None
+    if mlp.activation != "silu":  # the fused gate/up launch applies SiLU
         return None
     linears = (
         attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj,
@@ -367,7 +392,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = Attention(config, layer_id)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = MLP(config.hidden_size, config.intermediate_size)
+        self.mlp = MLP(config.hidden_size, config.intermediate_size, config.activation)
 
     def forward(
         self,
@@ -391,3 +416,38 @@ class DecoderLayer(nn.Module):
         hidden = self.self_attn(normed, rotary, batch, attn)
         normed, residual = self.post_attention_layernorm.add_norm(hidden, residual)
         return self.mlp(normed), residual
+
+
+class SandwichDecoderLayer(nn.Module):
+    """Gemma 3's block: a norm before and after both attention and MLP,
+    ``h += post_attention_norm(attn(input_norm(h)))``, then
+    ``h += post_feedforward_norm(mlp(pre_feedforward_norm(h)))``. Carries the residual
+    stream as ``DecoderLayer`` does, so that the attention output's add happens inside the
+    pre-MLP norm's kernel."""
+
+    def __init__(self, config: ModelConfig, layer_id: int) -> None:
+        super().__init__()
+        size, eps = config.hidden_size, config.rms_norm_eps
+        self.input_layernorm = RMSNorm(size, eps)
+        self.self_attn = Attention(config, layer_id)
+        self.post_attention_layernorm = RMSNorm(size, eps)
+        self.pre_feedforward_layernorm = RMSNorm(size, eps)
+        self.mlp = MLP(size, config.intermediate_size, config.activation)
+        self.post_feedforward_layernorm = RMSNorm(size, eps)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        rotary: tuple[torch.Tensor, torch.Tensor],
+        batch: ForwardBatch,
+        attn: AttentionBackend,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stream ``hidden + residual`` (both ``[T, hidden]``) in, as a new pair out."""
+        if residual is None:
+            stream, normed = hidden, self.input_layernorm(hidden)
+        else:
+            normed, stream = self.input_layernorm.add_norm(hidden, residual)
+        out = self.post_attention_layernorm(self.self_attn(normed, rotary, batch, attn))
+        normed, stream = self.pre_feedforward_layernorm.add_norm(out, stream)
+        return self.post_feedforward_layernorm(self.mlp(normed)), stream

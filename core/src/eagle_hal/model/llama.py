@@ -13,6 +13,7 @@ layers (EAGLE-3's features).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,10 +24,16 @@ from torch import nn
 
 from eagle_hal.hal.attention import AttentionBackend, AttentionConfig, ForwardBatch, KVStore
 from eagle_hal.hal.model_kernels import ModelKernels
-from eagle_hal.model.config import ModelConfig
+from eagle_hal.model.config import ModelConfig, RopeScaling
 from eagle_hal.model.errors import InvalidConfigError, TensorShapeMismatch
 from eagle_hal.model.fusion import fuse_for_inference
-from eagle_hal.model.layers import DecoderLayer, RMSNorm, RotaryEmbedding, lm_head_logits
+from eagle_hal.model.layers import (
+    DecoderLayer,
+    RMSNorm,
+    RotaryEmbedding,
+    SandwichDecoderLayer,
+    lm_head_logits,
+)
 from eagle_hal.model.weights import check_fits, load_named_tensors
 from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 
@@ -52,7 +59,8 @@ class _LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        layer = SandwichDecoderLayer if config.sandwich_norms else DecoderLayer
+        self.layers = nn.ModuleList(layer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -80,6 +88,12 @@ class LlamaForCausalLM(nn.Module):
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.rotary = RotaryEmbedding(config, device)
+        # Gemma 3's local-attention layers rotate with their own base and no scaling
+        self.local_rotary: RotaryEmbedding | None = None
+        if config.sliding_layers and config.local_rope_theta is not None:
+            local = dataclasses.replace(
+                config, rope_theta=config.local_rope_theta, rope_scaling=RopeScaling())
+            self.local_rotary = RotaryEmbedding(local, device)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -96,14 +110,19 @@ class LlamaForCausalLM(nn.Module):
             num_kv_heads=self.config.num_kv_heads,
             head_dim=self.config.head_dim,
             num_layers=self.config.num_layers,
-            scaling=self.config.head_dim**-0.5,
+            scaling=self.config.head_dim**-0.5,  # another scale is applied to q (Attention)
             kv_store=kv_store,
             req_to_token=req_to_token,
         )
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """Token embeddings ``[T, hidden]`` of ``input_ids`` ``[T]``."""
-        return self.model.embed_tokens(input_ids)
+        """Token embeddings ``[T, hidden]`` of ``input_ids`` ``[T]``, scaled by
+        ``config.embedding_scale`` (Gemma's sqrt(hidden), rounded to the embeddings' dtype
+        first as Hugging Face does)."""
+        embeds = self.model.embed_tokens(input_ids)
+        if self.config.embedding_scale != 1.0:
+            embeds = embeds * torch.tensor(self.config.embedding_scale, dtype=embeds.dtype)
+        return embeds
 
     def forward(
         self,
@@ -128,12 +147,17 @@ class LlamaForCausalLM(nn.Module):
         hidden = self.embed(batch.input_ids)  # [T, hidden]
         residual: torch.Tensor | None = None  # the residual stream is hidden + residual
         rotary = self.rotary.cos_sin(batch.positions, hidden.dtype)
+        local = rotary
+        if self.local_rotary is not None:
+            local = self.local_rotary.cos_sin(batch.positions, hidden.dtype)
+        sliding = self.config.sliding_layers
         captured: dict[int, torch.Tensor] = {}
         for index, layer in enumerate(self.model.layers):
             if index in aux_layers:
                 hidden, residual = _stream(hidden, residual), None
                 captured[index] = hidden
-            hidden, residual = layer(hidden, residual, rotary, batch, attn)
+            layer_rotary = local if index in sliding else rotary
+            hidden, residual = layer(hidden, residual, layer_rotary, batch, attn)
         if num_layers in aux_layers:
             hidden, residual = _stream(hidden, residual), None
             captured[num_layers] = hidden
@@ -164,7 +188,20 @@ class LlamaForCausalLM(nn.Module):
         def skip(name: str) -> bool:
             return name.endswith("rotary_emb.inv_freq") or (tied and name == "lm_head.weight")
 
-        load_named_tensors(self, self._split_fused(tensors, source), source, skip=skip)
+        load_named_tensors(self, self._norms_offset(self._split_fused(tensors, source)), source,
+                           skip=skip)
+
+    def _norms_offset(
+        self, tensors: Iterable[tuple[str, torch.Tensor]]
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Norm weights plus ``config.norm_weight_offset`` (Hugging Face's Gemma checkpoints
+        store ``w`` for a scale of ``1 + w``; GGUF files store ``1 + w`` already), added in
+        float32 so that the model's ``x / rms(x) * weight`` norms compute Gemma's."""
+        offset = self.config.norm_weight_offset
+        for name, tensor in tensors:
+            if offset and name.endswith("norm.weight"):
+                tensor = tensor.float() + offset
+            yield name, tensor
 
     def _split_fused(
         self, tensors: Iterable[tuple[str, torch.Tensor]], source: str
