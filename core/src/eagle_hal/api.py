@@ -329,6 +329,11 @@ class LLM:
             for item in params_list:
                 if not isinstance(item, SamplingParams):
                     raise InvalidArgument("params", _short(item), "SamplingParams")
+        vocab = getattr(getattr(self.target, "config", None), "vocab_size", None)
+        for item in params_list:  # a bias for a token the model does not have is a typo
+            if vocab is not None and any(t >= vocab for t in item.logit_bias or ()):
+                raise InvalidArgument("logit_bias", item.logit_bias,
+                                      f"token ids in [0, {vocab}) (the model's vocabulary)")
         encoded = [self.encode(p, chat=chat) for p in batch]
         for ids in encoded:
             self._check_length(ids)

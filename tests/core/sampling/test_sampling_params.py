@@ -102,3 +102,19 @@ def test_replace_hash_and_pickle_keep_working():
     assert hash(p) == hash(dataclasses.replace(p, logit_bias={1: 3.0}))  # bias not hashed
     assert p != dataclasses.replace(p, logit_bias={1: 3.0})
     assert pickle.loads(pickle.dumps(p)) == p
+
+
+def test_a_logit_bias_outside_the_vocabulary_is_refused_before_anything_runs():
+    from eagle_hal import select_backend
+    from eagle_hal.api import LLM
+    from eagle_hal.speculative.config import SpecConfig
+    from eagle_hal.testing.models import tiny_target
+
+    target = tiny_target(seed=1, vocab=16)
+    llm = LLM.from_models(select_backend("cpu"), target, None, spec=SpecConfig(num_steps=0))
+    with pytest.raises(InvalidArgument) as caught:
+        llm.generate([[1, 2]], SamplingParams(logit_bias={16: 1.0}))
+    assert caught.value.name == "logit_bias"
+    assert llm.used_pages == 0
+    assert len(llm.generate([[1, 2]], SamplingParams(logit_bias={15: 1.0}, max_tokens=2))[0]
+               .token_ids) == 2
