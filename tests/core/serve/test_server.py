@@ -451,3 +451,23 @@ def test_shutdown_past_the_grace_ends_running_requests_with_an_error(cpu_backend
         assert error["code"] == "shutting_down" and error["type"] == "service_unavailable"
         running.wait_idle()
         assert llm.used_pages == 0 and llm.leaked_pages == 0
+
+
+def test_an_engine_failure_answers_500_and_health_503(cpu_backend, models, byte_tokenizer):
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
+
+    def broken_step():
+        raise RuntimeError("device lost")
+
+    with start_server(llm) as running:
+        llm.engine.step = broken_step
+        with pytest.raises(openai.InternalServerError) as caught:
+            running.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+        error = api_error(caught.value)
+        assert caught.value.status_code == 500 and "device lost" in error["message"]
+        assert error["type"] == "server_error"
+        health = httpx.get(f"{running.url}/health")
+        assert health.status_code == 503 and error_of(health)["code"] == "engine_failed"
+        with pytest.raises(openai.APIStatusError) as caught:  # and it takes no more
+            running.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+        assert caught.value.status_code == 503

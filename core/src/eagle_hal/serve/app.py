@@ -224,7 +224,9 @@ def _decoder(tokenizer: Any) -> Any:
 
 
 def _failure(loop: EngineLoop, message: str) -> APIError:
-    if loop.shutting_down:
+    """The error of a request the engine loop ended: the engine failed (500), or the
+    server is shutting down (503)."""
+    if loop.failure is None and loop.shutting_down:
         return APIError(503, message, code="shutting_down")
     return APIError(500, message, code="engine_error")
 
