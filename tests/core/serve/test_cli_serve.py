@@ -43,6 +43,13 @@ def test_a_key_file_must_hold_a_key(tmp_path, capsys):
         assert "--api-key-file" in capsys.readouterr().err
 
 
+def test_without_the_serve_extra_one_line_names_it(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi raises ImportError
+    assert main(["serve", "--model", "/nonexistent"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'pip install "eagle-hal[serve]"' in err
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, models, byte_tokenizer):
     """The tiny target as a Hugging Face directory, with the byte tokenizer."""

@@ -174,11 +174,15 @@ def test_n_choices_sample_with_seeds_derived_from_the_request(server, sampled_or
 
 
 def stop_across_tokens(server, output):
-    """A stop string made of the end of one token and the start of the next."""
+    """A stop string made of the end of one token and the start of the next, whose first
+    occurrence in the output is there (so no single token holds it)."""
     pieces = [server.llm.tokenizer.decode([t]) for t in output.token_ids]
-    for i in range(2, len(pieces) - 1):
+    assert "".join(pieces) == output.text
+    end = 0
+    for i in range(len(pieces) - 1):
+        end += len(pieces[i])
         stop = pieces[i][-1:] + pieces[i + 1][:1]
-        if pieces[i] and pieces[i + 1] and len(stop) == 2:
+        if i >= 2 and len(stop) == 2 and output.text.find(stop) == end - 1:
             return stop
     raise AssertionError("no two-token stop string in the output")
 
