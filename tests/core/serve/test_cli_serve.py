@@ -111,3 +111,31 @@ def test_serve_answers_with_the_key_and_shuts_down_on_sigterm(model_dir, tmp_pat
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_public_host_needs_a_key_or_the_explicit_flag(monkeypatch, tmp_path):
+    from eagle_hal.cli import build_parser
+    from eagle_hal.commands import serve
+    from eagle_hal.errors import InvalidArgument
+    from eagle_hal.serve.auth import is_loopback
+
+    def config(*argv):
+        return serve._config(build_parser("serve").parse_args(["serve", *argv]))
+
+    monkeypatch.delenv("EAGLE_HAL_API_KEY", raising=False)
+    assert config().api_key is None  # loopback: no key needed
+    assert config("--host", "::1").api_key is None
+    with pytest.raises(InvalidArgument):
+        config("--host", "0.0.0.0")
+    assert config("--host", "0.0.0.0", "--allow-unauthenticated").api_key is None
+    key_file = tmp_path / "key"
+    key_file.write_text("  from-file \nsecond line\n")
+    assert config("--host", "0.0.0.0", "--api-key-file", str(key_file)).api_key == "from-file"
+    monkeypatch.setenv("EAGLE_HAL_API_KEY", "from-env")
+    made = config("--host", "10.0.0.2", "--public-metrics", "--limit-n", "3")
+    assert made.api_key == "from-env" and made.public_metrics and made.limits.max_n == 3
+    assert made.model_names == ("SmolLM2-135M-Instruct",)
+    assert config("--model", "/m/Qwen3-1.7B-Q8_0.gguf").model_names == ("Qwen3-1.7B-Q8_0",)
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.8.0.1", "[::1]", "localhost",
+                                     "0.0.0.0", "::", "192.168.0.1", "example.com")] == [
+        True, True, True, True, False, False, False, False]
