@@ -282,6 +282,9 @@ def test_an_oversized_body_is_413(server):
     ({"max_tokens": 0}, "max_tokens"),
     ({"seed": -3}, "seed"),
     ({"echo": True}, "echo"),
+    ({"logit_bias": {"100000": 5}}, "logit_bias"),
+    ({"logit_bias": {"-1": 5}}, "logit_bias"),
+    ({"stop_token_ids": [100000]}, "stop_token_ids"),
     ({"best_of": 3}, "best_of"),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_caps_and_bad_values_are_400_naming_the_field(server, fields, param):
@@ -312,6 +315,22 @@ def test_sampling_fields_the_engine_lacks_are_unsupported(server, oracle, name, 
     response = post(server, "/v1/completions", json.dumps({**body, name: neutral}))
     assert response.status_code == 200
     assert response.json()["choices"][0]["text"] == oracle(PROMPT, max_tokens=4).text
+
+
+def test_penalties_and_bias_reach_the_engine(server, sampled_oracle):
+    """Every sampling field through HTTP samples what LLM.generate samples with them."""
+    fields = {"presence_penalty": 0.5, "frequency_penalty": 0.3, "repetition_penalty": 1.2,
+              "min_p": 0.05, "top_k": 20, "top_p": 0.95}
+    bias = {5: 3.0, 7: -100.0}
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 12, "temperature": 0.8,
+            "seed": 4, "logit_bias": {str(k): v for k, v in bias.items()}, **fields}
+    response = post(server, "/v1/completions", json.dumps(body))
+    assert response.status_code == 200, response.text
+    expected = sampled_oracle(PROMPT, max_tokens=12, temperature=0.8, seed=4,
+                              logit_bias=bias, **fields)
+    assert response.json()["choices"][0]["text"] == expected.text
+    plain = sampled_oracle(PROMPT, max_tokens=12, temperature=0.8, seed=4)
+    assert plain.text != expected.text  # the fields changed something
 
 
 def test_logprobs_equal_plain_decodings(server, oracle):

@@ -56,6 +56,10 @@ class _ServedModel:
     def check_prompt(self, ids: list[int]) -> None:
         self.llm._check_length(ids)
 
+    @property
+    def vocab_size(self) -> int:
+        return int(self.llm.target.config.vocab_size)
+
 
 def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None = None,
                engine_loop: EngineLoop | None = None) -> FastAPI:

@@ -71,6 +71,9 @@ class Model(Protocol):
 
     def check_prompt(self, ids: list[int]) -> None: ...
 
+    @property
+    def vocab_size(self) -> int: ...
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ChoiceSpec:
@@ -145,12 +148,24 @@ def parse_request(
             index = p * n + i
             params = to_sampling_params(body, chat=chat, max_tokens=budget, seed=seeds[index],
                                         limits=limits)
+            _check_vocabulary(params, llm.vocab_size)
             choices.append(ChoiceSpec(index, p, params))
     token_ids = body.get("return_token_ids") or False
     if not isinstance(token_ids, bool):
         raise bad_request("return_token_ids", "return_token_ids must be a boolean")
     return ParsedRequest(chat, model, prompts, choices, stream, include_usage,
                          logprob_request(body, chat=chat, limits=limits), token_ids)
+
+
+def _check_vocabulary(params: SamplingParams, vocab: int) -> None:
+    """Token ids the model does not have, refused as ``LLM.generate`` refuses them."""
+    bias = getattr(params, "logit_bias", None) or {}
+    if any(not 0 <= t < vocab for t in bias):
+        raise bad_request("logit_bias", f"logit_bias names token ids outside the model's "
+                          f"vocabulary [0, {vocab})")
+    if any(not 0 <= t < vocab for t in params.stop_token_ids):
+        raise bad_request("stop_token_ids", f"stop_token_ids outside the model's "
+                          f"vocabulary [0, {vocab})")
 
 
 def _refuse_unsupported(body: Mapping[str, Any], chat: bool) -> None:
