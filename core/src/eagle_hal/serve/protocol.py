@@ -291,7 +291,7 @@ def _encoded(llm: Model, prompt: Any, param: str, *, chat: bool) -> list[int]:
         ids = llm.encode(prompt, chat=chat)
         llm.check_prompt(ids)
     except InvalidArgument as bad:
-        raise bad_request(param, f"{param}: {bad}") from None
+        raise bad_request(param, str(bad)) from None
     except PromptTooLong as error:
         raise bad_request(param, str(error), code="context_length_exceeded") from None
     except EagleHalError as error:  # no chat template, a template that raises
