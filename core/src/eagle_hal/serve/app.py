@@ -146,14 +146,15 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
         return JSONResponse(model_card(name))
 
     async def generate(request: Request, chat: bool) -> Response:
+        received = time.perf_counter()  # time to first token counts from here
         authorize(request)
         body = await _read_json(request, config.limits.max_body_bytes)
         parsed = parse_request(body, chat=chat, llm=model, model_names=config.model_names,
                                max_context=max_context, limits=config.limits)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         running = asyncio.get_running_loop()
-        jobs = [Job(parsed.prompts[c.prompt_index], c.params, queue, running, tag=c)
-                for c in parsed.choices]
+        jobs = [Job(parsed.prompts[c.prompt_index], c.params, queue, running, tag=c,
+                    received=received) for c in parsed.choices]
         try:
             loop.submit(jobs)
         except Overloaded as full:
