@@ -119,3 +119,16 @@ def test_plain_decoding_follows_the_oracle(models, expected, name):
     params = PARAMS[name]
     for prompt, ids in zip(PROMPTS[:2], expected[name], strict=False):
         assert ids == _oracle_greedy(hf, prompt, params)
+
+
+@pytest.mark.parametrize("spec_name", ["chain", "tree"])
+def test_overlap_on_takes_the_eager_iteration_for_processed_batches(models, expected,
+                                                                    spec_name):
+    """With overlap on, a batch with a bias or a penalty still emits plain decoding's
+    tokens: the worker runs it eagerly (an overlapped launch would process no node)."""
+    backend, target, head = models
+    llm = LLM.from_models(backend, target, head, spec=SPECS[spec_name], seed=3)
+    llm.worker.overlap = True
+    for name in ("repetition", "all"):
+        assert _ids(llm, PARAMS[name]) == expected[name], name
+    assert llm.worker.speculative.in_flight is None and llm.worker.plain.in_flight is None
