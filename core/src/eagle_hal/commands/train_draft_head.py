@@ -8,6 +8,7 @@ import sys
 import time
 from typing import Any
 
+from eagle_hal.errors import InvalidArgument
 from eagle_hal.validation import arg_type, check_float, check_int, check_positive_int
 
 __all__ = ["TRAIN_ONLY", "add_arguments", "check_arguments", "train"]
@@ -111,23 +112,21 @@ def check_arguments(args: argparse.Namespace) -> None:
         min(args.regression_weight, args.cross_entropy_weight) < 0
         or args.regression_weight == args.cross_entropy_weight == 0
     ):
-        raise SystemExit(
-            "eagle-hal train-draft: --regression-weight and --cross-entropy-weight must be "
-            ">= 0 and not both 0"
-        )
+        raise InvalidArgument(
+            "--regression-weight/--cross-entropy-weight",
+            (args.regression_weight, args.cross_entropy_weight), "both >= 0 and not both 0")
     try:
         variant.check_shape(args.draft_layers, args.draft_intermediate_size)
     except ValueError as exc:
         given = f"--variant {variant.name} --draft-layers {args.draft_layers}"
         if args.draft_intermediate_size is not None:
             given += f" --draft-intermediate-size {args.draft_intermediate_size}"
-        raise SystemExit(f"eagle-hal train-draft: {exc} (given {given})") from None
+        raise InvalidArgument("--draft-layers", given, str(exc)) from None
     if args.regression_weight > 0 and not variant.regresses_features:
-        raise SystemExit(
-            f"eagle-hal train-draft: --variant {variant.name} trains on the distribution "
-            "alone (its output is not in the target's feature space): leave out "
-            "--regression-weight or give 0"
-        )
+        raise InvalidArgument(
+            "--regression-weight", args.regression_weight,
+            f"0 or nothing: --variant {variant.name} trains on the distribution alone (its "
+            "output is not in the target's feature space)")
 
 
 def train(

@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from eagle_hal.commands.bench_prompts import DatasetError
+from eagle_hal.errors import InvalidArgument
+from eagle_hal.model.errors import ModelFileNotFound
+
 __all__ = ["add_arguments", "check_arguments", "rank", "resize"]
 
 
@@ -29,12 +33,14 @@ def add_arguments(group: Any) -> None:
 def check_arguments(args: argparse.Namespace) -> None:
     """Refuse bad vocabulary settings before anything loads or trains."""
     if args.draft_vocab_coverage is not None and not 0.0 < args.draft_vocab_coverage <= 1.0:
-        raise SystemExit("eagle-hal train-draft: --draft-vocab-coverage must lie in (0, 1]")
+        raise InvalidArgument("--draft-vocab-coverage", args.draft_vocab_coverage,
+                              "a fraction in (0, 1]")
     if args.vocab_data and args.stage != "vocab":
-        raise SystemExit("eagle-hal train-draft: --vocab-data is read by --stage vocab only "
-                         "(training ranks its own data)")
+        raise InvalidArgument("--vocab-data", [str(p) for p in args.vocab_data],
+                              "only with --stage vocab (training ranks its own data)")
     if args.stage == "vocab" and args.out is None:
-        raise SystemExit("eagle-hal train-draft: --stage vocab needs --out HEAD_DIR")
+        raise InvalidArgument("--out", None, "a head directory: --stage vocab writes "
+                              "OUT/draft_vocab.json")
 
 
 def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
@@ -49,15 +55,13 @@ def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
     if vocab_size is None:  # --stage vocab: the head's own config names the vocabulary
         config = args.out / "config.json"
         if not config.is_file():
-            raise SystemExit(
-                f"eagle-hal train-draft: {config} does not exist; train the head first"
-            )
+            raise ModelFileNotFound(f"{config} does not exist; train the head first")
         vocab_size = int(json.loads(config.read_text())["vocab_size"])
     coverage = DEFAULT_COVERAGE if args.draft_vocab_coverage is None else args.draft_vocab_coverage
     try:
         counts = sum(count_answer_tokens(dataset, vocab_size) for dataset in datasets)
     except ValueError as exc:
-        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+        raise DatasetError(f"--data: {exc}") from exc
     source = {"data": [{"file": path.name, "command": command_with_file_names(dataset.info.command),
                         "target_sha256": dataset.info.target_sha256, "seed": dataset.info.seed,
                         "sequences_counted": len(dataset.train_indices())}
@@ -66,7 +70,7 @@ def rank(args: argparse.Namespace, datasets: list[Any], paths: list[Path],
     try:
         vocabulary = DraftVocabulary.from_counts(counts, coverage=coverage, source=source)
     except ValueError as exc:
-        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+        raise InvalidArgument("--draft-vocab-coverage", coverage, str(exc)) from exc
     path = vocabulary.save(args.out)
     print(
         f"draft vocabulary: {len(vocabulary.token_ids):,} of {vocab_size:,} tokens seen in "
@@ -84,20 +88,16 @@ def resize(args: argparse.Namespace) -> int:
     import torch
 
     from eagle_hal.model.draft_vocab import DraftVocabulary
-    from eagle_hal.model.errors import UnsupportedModelError
 
     if args.draft_vocab_coverage is None:
-        raise SystemExit("eagle-hal train-draft: --stage vocab found no data set "
-                         f"({args.out.name}.data.safetensors beside the head, --data or "
-                         "--vocab-data) to count; give one, or --draft-vocab-coverage to "
-                         "re-size the head's own draft_vocab.json")
-    try:
-        existing = DraftVocabulary.load(args.out)
-    except UnsupportedModelError as exc:
-        raise SystemExit(f"eagle-hal train-draft: {exc}") from exc
+        raise InvalidArgument("--vocab-data", None,
+                              f"a data set to count ({args.out.name}.data.safetensors beside "
+                              "the head, --data or --vocab-data), or --draft-vocab-coverage "
+                              "to re-size the head's own draft_vocab.json")
+    existing = DraftVocabulary.load(args.out)  # an UnsupportedModelError names the file
     if existing is None:
-        raise SystemExit(f"eagle-hal train-draft: {args.out} has no draft_vocab.json to re-size "
-                         "and no data set to count")
+        raise ModelFileNotFound(f"{args.out} has no draft_vocab.json to re-size and no data "
+                                "set to count")
     counts = torch.zeros(existing.vocab_size, dtype=torch.int64)
     counts[list(existing.token_ids)] = torch.tensor(existing.counts, dtype=torch.int64)
     coverage = args.draft_vocab_coverage

@@ -167,11 +167,14 @@ class Engine:
             request.stats.verify_steps += 1
             request.stats.accepted_tokens += len(tokens)
         before = len(request.output_ids)
-        append_tokens(request, tokens, self.detokenizer)
+        # a speculative path may run past the context's end: the tokens plain decoding
+        # could not have reached are cut, so that both stop at the same token
+        room = self.scheduler.config.max_context - request.num_tokens
+        append_tokens(request, tokens[: max(room, 0)], self.detokenizer)
         request.stats.output_tokens = len(request.output_ids)
         taken = request.stats.output_tokens - before
-        if request.finish_reason is None and self._out_of_context(request):
-            request.finish_reason = FinishReason.LENGTH
+        if request.finish_reason is None and self._context_full(request):
+            request.finish_reason = FinishReason.CONTEXT_FULL
         if request.finish_reason is not None:
             finish_text(request, self.detokenizer)
             request.stats.finish_time = time.perf_counter()
@@ -179,9 +182,11 @@ class Engine:
             self.scheduler.finish(request, request.finish_reason)
         return taken
 
-    def _out_of_context(self, request: Request) -> bool:
-        headroom = self.worker.headroom(1)
-        return request.num_tokens + headroom >= self.scheduler.config.max_context
+    def _context_full(self, request: Request) -> bool:
+        """Whether ``request`` holds ``max_context`` tokens, prompt and output: its next
+        token would need a position past the context. Speculation does not end a request
+        earlier: near the end the worker shrinks its tree to what the context holds."""
+        return request.num_tokens >= self.scheduler.config.max_context
 
     def _delta(self, request: Request) -> StreamDelta | None:
         text = safe_stream_text(request) if self.detokenizer is not None else ""

@@ -102,16 +102,17 @@ class Scheduler:
             tokens = len(self.context_ids(request))
             if admitted and tokens > budget:
                 break
-            need = tokens + 1 + headroom
-            if need > self.config.max_context:
+            if tokens + 1 > self.config.max_context:
                 self.waiting.popleft()
                 self._reject(
                     request,
-                    f"request needs {need} context positions (prompt and output {tokens + 1}, "
-                    f"plus {headroom} for speculation) but the engine's context is "
-                    f"{self.config.max_context}",
+                    f"request needs {tokens + 1} context positions (its prompt and output "
+                    f"and one token more) but the engine's context is {self.config.max_context}",
                 )
                 continue
+            # one iteration's headroom, where the context has it: near its end the worker
+            # speculates only as deep as the context allows
+            need = min(tokens + 1 + headroom, self.config.max_context)
             if not self.table.can_add_request():
                 break
             pages = -(-need // self.table.page_size)

@@ -153,9 +153,10 @@ def model_config_at(path: str | Path | None) -> ModelConfig:
 
     path = default_model_path() if path is None else Path(path)
     if path.is_dir():
-        return ModelConfig.from_hf_config(read_json(path / "config.json"))
+        return ModelConfig.from_hf_config(read_json(path / "config.json"),
+                                          source=str(path / "config.json"))
     if path.is_file():
-        return ModelConfig.from_gguf_metadata(gguf_reader(path))
+        return ModelConfig.from_gguf_metadata(gguf_reader(path), source=str(path))
     raise ModelFileNotFound(f"{path} is neither a model directory nor a GGUF file")
 
 
@@ -170,7 +171,8 @@ def load_sharded_hf_model(
     from eagle_hal.model.loading.hf import read_json, safetensors_files
 
     directory = Path(directory)
-    config = ModelConfig.from_hf_config(read_json(directory / "config.json"))
+    config = ModelConfig.from_hf_config(read_json(directory / "config.json"),
+                                        source=str(directory / "config.json"))
     model = sharded_llama(config, context, dtype, device)
     model.load_weights(_safetensors_slices(safetensors_files(directory), model), str(directory))
     return model.eval()
@@ -197,7 +199,7 @@ def load_sharded_target(
         return model, Tokenizer.from_hf_dir(path, eos_token_ids=model.config.eos_token_ids)
     if path.is_file():
         reader = gguf_reader(path)
-        config = ModelConfig.from_gguf_metadata(reader)
+        config = ModelConfig.from_gguf_metadata(reader, source=str(path))
         model = sharded_llama(config, context, dtype, device)
         load_sharded_weights(model, iter_gguf_tensors(reader, config, progress), str(path))
         return model.eval(), Tokenizer.from_gguf(reader)

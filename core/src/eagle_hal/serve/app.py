@@ -54,7 +54,7 @@ class _ServedModel:
         return self.llm.encode(prompt, chat=chat)
 
     def check_prompt(self, ids: list[int]) -> None:
-        self.llm._check_length(ids)
+        self.llm.check_prompt(ids)
 
     @property
     def vocab_size(self) -> int:

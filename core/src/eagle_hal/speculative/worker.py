@@ -257,7 +257,7 @@ class EagleWorker:
     def decode(self, requests: Sequence[Request]) -> list[list[int]]:
         start = time.perf_counter()
         reports = self.context.reports
-        steps = self.last_depth = self.steps_for(len(requests))
+        steps = self.last_depth = self._fitting_depth(requests, self.steps_for(len(requests)))
         since = reports.begin(steps, start)  # the controller's clock (speculative.reports)
         try:
             batch = DecodeBatch(requests, steps, self.context.spec_at(steps, len(requests)),
@@ -271,6 +271,21 @@ class EagleWorker:
         finally:
             reports.end(time.perf_counter(), since, self.controller is not None)
         return out.emitted
+
+    def _fitting_depth(self, requests: Sequence[Request], steps: int) -> int:
+        """The deepest depth up to ``steps`` whose reserved block fits every request's
+        context. Near its end the tree shrinks (down to S = 0, a plain decoding step)
+        rather than the request stopping early: the engine finishes a request only when
+        it holds ``max_context`` tokens, as plain decoding does, so both emit the same."""
+        if steps == 0 or not requests:
+            return steps
+        room = self.runner.table.max_context - max(r.cached_len for r in requests)
+        for depth in range(steps, 0, -1):
+            spec = self.context.spec_at(depth, len(requests))
+            # the eager reservation, and the longest accepted path the overlapped one adds
+            if max(spec.draft_tokens, depth * spec.topk, depth + 1) <= room:
+                return depth
+        return 0
 
     def _overlaps(self, steps: int) -> bool:
         return self.overlap and not self.timed and (steps == 0 or self.speculative.eligible(steps))
