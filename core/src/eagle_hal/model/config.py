@@ -39,7 +39,11 @@ _MODEL_TYPE_FAMILIES: Mapping[str, str] = {"gemma3_text": "gemma3"}
 _ACTIVATIONS: Mapping[str, str] = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values()) | frozenset(
     _MODEL_TYPE_FAMILIES)
-_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2")
+_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "gemma3")
+# llama.cpp's fixed Gemma 3 values (its files do not carry them): every sixth layer attends
+# globally, local layers rotate with base 10000
+_GEMMA3_GGUF_PATTERN = 6
+_GEMMA3_GGUF_LOCAL_THETA = 10000.0
 _REQUIRED_HF_KEYS = (
     "vocab_size",
     "hidden_size",
@@ -251,7 +255,7 @@ class ModelConfig:
         """Normalise the metadata of a ``gguf.GGUFReader`` (keys ``{arch}.block_count``...).
 
         ``source`` names the file in messages. Raises ``UnsupportedModelError`` for GGUF
-        architectures other than llama and qwen2 and ``InvalidConfigError`` for missing or
+        architectures other than llama, qwen2 and gemma3 and ``InvalidConfigError`` for missing or
         ill-typed metadata. Tied embeddings are inferred from the absence of an
         ``output.weight`` tensor.
         """
@@ -274,6 +278,26 @@ class ModelConfig:
                 )
             vocab = len(tokens.data)
         eos = fields.integer("tokenizer.ggml.eos_token_id", None, minimum=0)
+        gemma: dict[str, Any] = {}
+        if arch == "gemma3":
+            layers = fields.integer(f"{arch}.block_count")
+            pattern = fields.integer(f"{arch}.attention.sliding_window_pattern",
+                                     _GEMMA3_GGUF_PATTERN)
+            sliding = tuple(i for i in range(layers) if (i + 1) % pattern)
+            gemma = dict(
+                activation="gelu_tanh",
+                embedding_scale=math.sqrt(hidden_size),
+                # the 27B model (62 layers) scales by hidden / heads, the others by head_dim,
+                # as llama.cpp does
+                attention_scale=(hidden_size / num_heads) ** -0.5 if layers == 62 else None,
+                sandwich_norms=True,
+                qk_norm=True,
+                sliding_layers=sliding,
+                local_rope_theta=fields.number(f"{arch}.rope.freq_base_swa",
+                                               _GEMMA3_GGUF_LOCAL_THETA),
+                sliding_window=fields.integer(f"{arch}.attention.sliding_window", None)
+                if sliding else None,
+            )
         return _built(
             cls,
             source,
@@ -300,6 +324,7 @@ class ModelConfig:
             attention_out_bias="blk.0.attn_output.bias" in tensor_names,
             bos_token_id=fields.integer("tokenizer.ggml.bos_token_id", None, minimum=0),
             eos_token_ids=() if eos is None else (eos,),
+            **gemma,
         )
 
 

@@ -58,6 +58,15 @@ _BLOCK_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+# Gemma 3's sandwich norms and q/k norms: ``ffn_norm`` is its pre-MLP norm there
+_GEMMA3_BLOCK_NAMES = {
+    **_BLOCK_NAMES,
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
 _BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _CONSUMED_BY_CONFIG = frozenset({"rope_freqs.weight"})
 
@@ -231,17 +240,19 @@ class _GGUFLayout:
         return name, offset, elements // block * type_bytes
 
 
-def hf_tensor_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a GGUF tensor; ``None`` for tensors the config consumed.
-    Raises ``UnsupportedModelError`` for a tensor with no Llama-family counterpart."""
+def hf_tensor_name(gguf_name: str, architecture: str = "llama") -> str | None:
+    """The Hugging Face name of a GGUF tensor of a file of ``architecture``; ``None`` for
+    tensors the config consumed. Raises ``UnsupportedModelError`` for a tensor with no
+    Llama-family counterpart."""
     if gguf_name in _GLOBAL_NAMES:
         return _GLOBAL_NAMES[gguf_name]
     if gguf_name in _CONSUMED_BY_CONFIG:
         return None
+    names = _GEMMA3_BLOCK_NAMES if architecture == "gemma3" else _BLOCK_NAMES
     match = _BLOCK_TENSOR.fullmatch(gguf_name)
-    if match and match.group(2) in _BLOCK_NAMES:
+    if match and match.group(2) in names:
         layer, kind, suffix = match.groups()
-        return f"model.layers.{layer}.{_BLOCK_NAMES[kind]}.{suffix}"
+        return f"model.layers.{layer}.{names[kind]}.{suffix}"
     raise UnsupportedModelError(f"GGUF tensor {gguf_name!r} has no Llama-family counterpart")
 
 
@@ -268,7 +279,7 @@ def iter_gguf_tensors(
     bar = tqdm(reader.tensors, desc="dequantising GGUF", unit=" tensors", leave=False,
                disable=not progress)
     for tensor in bar:
-        name = hf_tensor_name(tensor.name)
+        name = hf_tensor_name(tensor.name, config.architecture)
         if name is None:
             continue
         try:
@@ -317,7 +328,7 @@ def model_from_gguf_reader(
     config = ModelConfig.from_gguf_metadata(reader, source=source)
     shapes = {}
     for tensor in reader.tensors:
-        name = hf_tensor_name(tensor.name)
+        name = hf_tensor_name(tensor.name, config.architecture)
         if name is not None:
             shapes[name] = tuple(int(d) for d in reversed(tensor.shape))  # torch order
     check_llama_checkpoint(config, shapes, source)

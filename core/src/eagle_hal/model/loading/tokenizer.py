@@ -6,8 +6,10 @@ One ``Tokenizer`` wraps a ``tokenizers.Tokenizer`` however it was obtained:
   transformers' ``AutoTokenizer`` converts what is there (e.g. a SentencePiece model).
   The chat template comes from ``chat_template.jinja`` or ``tokenizer_config.json``.
 * from GGUF metadata: ``tokenizer.ggml.*`` of a GPT-2-style byte-level BPE (tokens, merges,
-  token types, the pre-tokenizer name) rebuilt as a ``tokenizers`` BPE; the chat template
-  from ``tokenizer.chat_template``.
+  token types, the pre-tokenizer name) rebuilt as a ``tokenizers`` BPE, or of Gemma's
+  SentencePiece BPE (``tokenizer.ggml.model`` ``llama`` in a ``gemma3`` file: tokens and
+  token types, no merges) rebuilt as the byte-fallback BPE Hugging Face converts it to;
+  the chat template from ``tokenizer.chat_template``.
 
 Chat templates are rendered with jinja2 in a sandbox, with the globals and filters
 Hugging Face templates rely on (``raise_exception``, ``strftime_now``, a non-escaping
@@ -110,10 +112,13 @@ class Tokenizer:
             source = str(getattr(getattr(reader, "data", None), "filename", None) or "GGUF file")
         metadata = _GGUFTokenizerFields(reader.fields, source)
         kind = metadata.value("tokenizer.ggml.model")
-        if kind != "gpt2":
+        architecture = metadata.value("general.architecture")
+        sentencepiece = kind == "llama" and architecture == "gemma3"
+        if kind != "gpt2" and not sentencepiece:
             raise UnsupportedModelError(
-                f"GGUF tokenizer model {kind!r} is not supported (only byte-level BPE, 'gpt2'); "
-                "load the model from a Hugging Face directory instead"
+                f"GGUF tokenizer model {kind!r} of a {architecture!r} file is not supported "
+                "(supported: byte-level BPE, 'gpt2', and Gemma 3's SentencePiece); load the "
+                "model from a Hugging Face directory instead"
             )
         tokens: list[str] = metadata.strings("tokenizer.ggml.tokens", required=True)
         merges: list[str] = metadata.strings("tokenizer.ggml.merges")
@@ -126,7 +131,11 @@ class Tokenizer:
         if not isinstance(pre, str):
             raise metadata.bad("tokenizer.ggml.pre", "a string")
         try:
-            backend = _byte_level_bpe(tokens, merges, token_types, pre)
+            if sentencepiece:
+                unk_id = metadata.token_id("tokenizer.ggml.unknown_token_id", len(tokens))
+                backend = _sentencepiece_bpe(tokens, token_types, unk_id)
+            else:
+                backend = _byte_level_bpe(tokens, merges, token_types, pre)
         except ModelLoadError:
             raise
         except Exception as error:  # the tokenizers library raises plain Exceptions
@@ -386,6 +395,45 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], token_types: list[int]
         if kind in (_GGUF_CONTROL, _GGUF_USER_DEFINED)
     ]
     backend.add_special_tokens(special)
+    return backend
+
+
+def _sentencepiece_bpe(tokens: list[str], token_types: list[int], unk_id: int | None) -> Any:
+    """Gemma's SentencePiece BPE from a GGUF vocabulary, as transformers' GGUF conversion
+    builds it: spaces normalised to U+2581, byte fallback, and merges (the file lists none)
+    recovered from the vocabulary: every split of a token into two tokens, ordered by the
+    merged token's place in the file (Gemma's scores do not follow its merge order), then
+    longer left halves, then longer right halves. Whitespace tokens holding a space are
+    stored as written but looked up as U+2581 runs. Control tokens are special; user-defined ones
+    are added whole."""
+    from tokenizers import AddedToken, decoders, models, normalizers
+    from tokenizers import Tokenizer as Backend
+
+    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    vocab = {token: index for index, token in enumerate(spelled)}
+    rank = {token: -index for index, token in enumerate(spelled)}
+    candidates: list[tuple[str, str, int]] = []
+    for token, score in rank.items():
+        pairs = [(token[:i], token[i:]) for i in range(1, len(token))
+                 if token[:i] in vocab and token[i:] in vocab]
+        pairs.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
+        candidates.extend((left, right, score) for left, right in pairs)
+    candidates.sort(key=lambda c: (c[2], len(c[0]), len(c[1])), reverse=True)
+    unk = tokens[unk_id] if unk_id is not None else None
+    backend = Backend(models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in candidates],
+                                 unk_token=unk, fuse_unk=True, byte_fallback=True))
+    backend.normalizer = normalizers.Replace(" ", "\u2581")
+    backend.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    backend.add_special_tokens([
+        AddedToken(token, special=True, normalized=False)
+        for token, kind in zip(tokens, token_types, strict=False) if kind == _GGUF_CONTROL
+    ])
+    backend.add_tokens([
+        AddedToken(token, special=False, normalized=False)
+        for token, kind in zip(tokens, token_types, strict=False)
+        if kind == _GGUF_USER_DEFINED and token in vocab
+    ])
     return backend
 
 
