@@ -147,3 +147,30 @@ def test_the_engine_context_stops_at_the_window(tmp_path):
     for _ in range(6):  # HF's greedy continuation, one full recompute per token
         sequence.append(int(hf_logits(hf_model, sequence)[-1].argmax()))
     assert list(out.token_ids) == sequence[len(prompt):]
+
+
+def test_installed_gelu_tanh_kernel_is_the_one_called(tmp_path, runtime_for):
+    """Kernels with a ``gelu_tanh_mul`` have it called for every fused Gemma MLP (one call
+    per layer per forward); the logits stay HF's."""
+    import dataclasses
+
+    from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
+
+    calls = []
+
+    def gelu_tanh_mul(gate_up):
+        calls.append(gate_up.shape)
+        gate, up = gate_up.chunk(2, dim=-1)
+        return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+    hf_model = save_gemma(tmp_path, seed=9)
+    model = load_hf_model(tmp_path, progress=False)
+    model.fuse_for_inference(dataclasses.replace(REFERENCE_MODEL_KERNELS,
+                                                 gelu_tanh_mul=gelu_tanh_mul))
+    runtime = runtime_for(model.config)
+    prompt = prompts([6], seed=9)[0]
+    with torch.no_grad():
+        out = model(runtime.causal_batch([runtime.new_request()], [prompt]), runtime.backend)
+    assert calls == [torch.Size([6, 2 * 96])] * 4
+    torch.testing.assert_close(model.compute_logits(out.hidden_states),
+                               hf_logits(hf_model, prompt), atol=ATOL, rtol=0)
