@@ -2,14 +2,15 @@
 
 One ``ModelConfig`` describes every supported member of the Llama family; the variants are
 flags (QKV bias for Qwen2, RMSNorm of each head's queries and keys for Qwen3, tied
-embeddings for SmolLM2, rotary scaling for Llama 3.1+). Phi-3 is a Llama whose checkpoint
-fuses Q/K/V and gate/up into one tensor each; the loader splits them. Everything downstream
+embeddings for SmolLM2, rotary scaling for Llama 3.1+, Gemma 3's embedding scale, sandwich
+norms, GELU-tanh MLP and local layers). Phi-3 is a Llama whose checkpoint fuses Q/K/V and
+gate/up into one tensor each; the loader splits them. Everything downstream
 reads these typed fields, never the raw dicts.
 
-A sliding window (Mistral, Phi-3) is not implemented by the attention backends: attention
-is always over the full context. That is exact while a request's context stays within the
-window, so ``ModelConfig.max_context_len`` is capped at ``sliding_window`` and the engine
-must not run a request past it.
+A sliding window (Mistral, Phi-3, Gemma 3's local layers) is not implemented by the
+attention backends: attention is always over the full context. That is exact while a
+request's context stays within the window, so ``ModelConfig.max_context_len`` is capped at
+``sliding_window`` and the engine does not run a request past it.
 """
 
 from __future__ import annotations

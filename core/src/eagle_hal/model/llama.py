@@ -1,7 +1,10 @@
-"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Phi-3) as one implementation.
+"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3) as one
+implementation.
 
-Variants are ``ModelConfig`` flags: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3), tied
-embeddings (SmolLM2), rotary scaling (Llama 3.1+), GQA everywhere. Parameter names equal
+Variants are ``ModelConfig`` flags: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3, Gemma 3),
+tied embeddings (SmolLM2), rotary scaling (Llama 3.1+), GQA everywhere; Gemma 3 adds an
+embedding scale, norms after attention and MLP too (``SandwichDecoderLayer``), a GELU-tanh
+MLP and local layers with their own rotary base. Parameter names equal
 Hugging Face's (``model.layers.{i}.self_attn.q_proj.weight`` ...), so HF checkpoints load
 by name; Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` tensors are split into those
 names as they load.

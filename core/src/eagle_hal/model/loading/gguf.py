@@ -10,6 +10,10 @@ length can keep it looping, a tensor offset can point past the end). ``gguf_read
 the header itself first, checking each of them against the file's size, and hands the
 file to the reader only when all fit; anything the reader still rejects becomes a
 ``CorruptFileError`` naming the file.
+
+Gemma 3 files (``gemma3``) name their norms differently (``ffn_norm`` is the pre-MLP norm
+of its sandwich, ``post_ffw_norm`` the one after) and store each norm weight as ``1 + w``,
+the scale the model's norms multiply by, so they load as they are.
 """
 
 from __future__ import annotations
