@@ -255,3 +255,15 @@ def test_hub_errors_become_model_load_errors(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.snapshot_download", connection)
     with pytest.raises(ModelLoadError, match="could not be fetched.*connection refused"):
         hub.resolve_target("org/tiny")
+
+
+def test_the_command_line_reports_an_uncached_id_in_one_line(cache, capsys):
+    """``eagle-hal generate --model org/absent`` offline: a usage-class exit status and one
+    line naming the id and HF_HUB_OFFLINE, before any backend runs a forward."""
+    from eagle_hal.cli import main
+
+    status = main(["generate", "--device", "cpu", "--model", "org/absent@v1", "--draft", "none",
+                   "--prompt", "hi"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert len(err.splitlines()) == 1 and "org/absent@v1" in err and "HF_HUB_OFFLINE=1" in err
