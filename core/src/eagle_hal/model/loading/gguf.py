@@ -71,6 +71,11 @@ _GEMMA3_BLOCK_NAMES = {
     "ffn_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
 }
+_QWEN3_BLOCK_NAMES = {
+    **_BLOCK_NAMES,
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+}
 _BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _CONSUMED_BY_CONFIG = frozenset({"rope_freqs.weight"})
 
@@ -252,7 +257,8 @@ def hf_tensor_name(gguf_name: str, architecture: str = "llama") -> str | None:
         return _GLOBAL_NAMES[gguf_name]
     if gguf_name in _CONSUMED_BY_CONFIG:
         return None
-    names = _GEMMA3_BLOCK_NAMES if architecture == "gemma3" else _BLOCK_NAMES
+    names = {"gemma3": _GEMMA3_BLOCK_NAMES, "qwen3": _QWEN3_BLOCK_NAMES}.get(
+        architecture, _BLOCK_NAMES)
     match = _BLOCK_TENSOR.fullmatch(gguf_name)
     if match and match.group(2) in names:
         layer, kind, suffix = match.groups()
