@@ -267,3 +267,13 @@ def test_the_command_line_reports_an_uncached_id_in_one_line(cache, capsys):
     err = capsys.readouterr().err.strip()
     assert status == 2
     assert len(err.splitlines()) == 1 and "org/absent@v1" in err and "HF_HUB_OFFLINE=1" in err
+
+
+def test_loading_a_snapshot_names_the_repository(cache, capsys):
+    """The loading bar of a hub snapshot names org/name, not the commit hash."""
+    from eagle_hal.model.loading.hf import load_hf_model
+
+    _, directory = cached_target(cache, "org/tiny", SHA_MAIN)
+    load_hf_model(directory, progress=True)
+    err = capsys.readouterr().err
+    assert "loading org/tiny" in err and SHA_MAIN not in err

@@ -286,8 +286,8 @@ def _download(model_id: HubModelId, patterns: Sequence[str], progress: bool) -> 
         ) from error
     except hub_errors.RepositoryNotFoundError as error:
         raise ModelFileNotFound(
-            f"{model_id} is not a Hugging Face model repository (or it is private: log in "
-            "with hf auth login, or set HF_TOKEN)"
+            f"{model_id} is neither a local path nor a Hugging Face model repository (or it "
+            "is private: log in with hf auth login, or set HF_TOKEN)"
         ) from error
     except hub_errors.HFValidationError as error:
         raise ModelFileNotFound(f"{model_id} is not a valid Hugging Face model id: {error}") \

@@ -311,6 +311,15 @@ def _with_progress(
     from tqdm import tqdm
 
     yield from tqdm(
-        tensors, desc=f"loading {directory.name}", unit=" tensors", leave=False,
+        tensors, desc=f"loading {_display_name(directory)}", unit=" tensors", leave=False,
         disable=not progress,
     )
+
+
+def _display_name(directory: Path) -> str:
+    """``org/name`` for a hub cache snapshot (``models--org--name/snapshots/<sha>``), else
+    the directory's own name."""
+    if directory.parent.name == "snapshots" and directory.parent.parent.name.startswith(
+            "models--"):
+        return directory.parent.parent.name[len("models--"):].replace("--", "/")
+    return directory.name
