@@ -105,7 +105,9 @@ class LLM:
         if draft_path is not None:
             draft_path = resolve_draft(draft_path, progress=progress)
         vocabulary.require_file(draft_path, draft_vocab)  # a bad size fails before anything loads
-        if draft_path is not None:  # a head for another target fails before any weight loads
+        # a head for another target fails before any weight loads (the packaged head ships
+        # with the default model it was trained for)
+        if draft_path is not None and draft != "default":
             if model is not None:  # a hub id becomes its cached snapshot (a local path wins)
                 model = resolve_target(model, progress=progress)
             check_draft_for_target(draft_path, model)
