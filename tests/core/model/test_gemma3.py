@@ -174,3 +174,28 @@ def test_installed_gelu_tanh_kernel_is_the_one_called(tmp_path, runtime_for):
     assert calls == [torch.Size([6, 2 * 96])] * 4
     torch.testing.assert_close(model.compute_logits(out.hidden_states),
                                hf_logits(hf_model, prompt), atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("variant", [1, 3])
+def test_speculative_greedy_equals_plain_on_gemma(variant, tmp_path, eagle_ckpt):
+    """A random head of a published layout (SafeAILab EAGLE-1, SpecForge EAGLE-3) drafting
+    for the tiny Gemma target: greedy speculative decoding emits plain decoding's tokens."""
+    from eagle_hal import select_backend
+    from eagle_hal.api import LLM
+    from eagle_hal.engine.request import SamplingParams
+    from eagle_hal.model.loading import load_eagle_head
+    from eagle_hal.speculative.config import SpecConfig
+
+    save_gemma(tmp_path / "target", seed=4)
+    target = load_hf_model(tmp_path / "target", progress=False)
+    write = eagle_ckpt.write_eagle3 if variant == 3 else eagle_ckpt.write_eagle1
+    write(tmp_path / "head", seed=5)
+    head = load_eagle_head(tmp_path / "head", target)
+    backend = select_backend("cpu")
+    batch = prompts([5, 9], seed=6)
+    params = SamplingParams(max_tokens=10, ignore_eos=True)
+    plain = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0))
+    expected = [list(o.token_ids) for o in plain.generate(batch, params)]
+    for spec in (SpecConfig(3, 1), SpecConfig(2, 2, 4)):
+        speculative = LLM.from_models(backend, target, head, spec=spec)
+        assert [list(o.token_ids) for o in speculative.generate(batch, params)] == expected
