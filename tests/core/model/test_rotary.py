@@ -77,7 +77,7 @@ def test_the_engine_gathers_cos_sin_from_its_table() -> None:
     target = tiny_target(seed=3)
     llm = LLM.from_models(select_backend("cpu"), target, tiny_eagle1(target), None,
                           SpecConfig(num_steps=2, topk=1), max_context=128)
-    request = llm.engine.add_request([5, 6, 7], SamplingParams(max_new_tokens=8, ignore_eos=True))
+    request = llm.engine.add_request([5, 6, 7], SamplingParams(max_tokens=8, ignore_eos=True))
     llm.engine.step()  # the prefill
     with _Ops() as ops:
         llm.engine.step()
@@ -101,6 +101,6 @@ def test_a_head_with_fewer_positions_than_the_engine_context() -> None:
     llm = LLM.from_models(select_backend("cpu"), target, head, None,
                           SpecConfig(num_steps=3, topk=1), max_context=128)
     request = llm.engine.add_request(list(range(5, 25)),
-                                     SamplingParams(max_new_tokens=12, ignore_eos=True))
+                                     SamplingParams(max_tokens=12, ignore_eos=True))
     llm.engine.run()
     assert len(request.output_ids) == 12
