@@ -277,3 +277,21 @@ def test_loading_a_snapshot_names_the_repository(cache, capsys):
     load_hf_model(directory, progress=True)
     err = capsys.readouterr().err
     assert "loading org/tiny" in err and SHA_MAIN not in err
+
+
+def test_a_cache_of_blobs_and_links_loads(cache):
+    """As huggingface_hub writes its cache: snapshot entries are relative links into
+    ``blobs/``; the id loads through them."""
+    import hashlib
+    import os
+
+    hf_model, directory = cached_target(cache, "org/linked", SHA_MAIN, seed=3)
+    blobs = directory.parent.parent / "blobs"
+    blobs.mkdir()
+    for entry in list(directory.iterdir()):
+        digest = hashlib.sha256(entry.read_bytes()).hexdigest()
+        entry.rename(blobs / digest)
+        entry.symlink_to(os.path.relpath(blobs / digest, directory))
+    assert all(entry.is_symlink() for entry in directory.iterdir())
+    model, _ = load_target("org/linked", progress=False)
+    torch.testing.assert_close(model.model.norm.weight, hf_model.model.norm.weight)
