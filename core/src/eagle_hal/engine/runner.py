@@ -174,7 +174,7 @@ class ModelRunner:
         """Slots of positions ``start .. start + count`` of each row, flat, from the integer
         table (no device work)."""
         return [s for row, start in zip(table_rows, starts, strict=False)
-                for s in self.table.slots(row, start, start + count)]
+                for s in self.table.write_slots(row, start, start + count)]
 
     def sync_table(self) -> None:
         self.device_table.sync()
@@ -237,7 +237,7 @@ class ModelRunner:
                      for i in range(n)]
         slots = [
             s for r, p, n in zip(table_rows, prefix_lens, extend_lens, strict=False)
-            for s in self.table.slots(r, p, p + n)
+            for s in self.table.write_slots(r, p, p + n)  # never into a shared page
         ]
         host_ids = [] if isinstance(input_ids, torch.Tensor) else list(input_ids)
         (ids_device, positions_device, slots_device, table_rows_device, prefix_lens_device,

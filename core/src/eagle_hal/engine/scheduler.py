@@ -10,6 +10,13 @@ it never touches tensors. Each engine step asks ``schedule()`` for work:
   request is preempted (its pages freed, back to the front of the queue; it is re-prefilled
   later from its prompt plus its output so far). A request that cannot fit even alone is
   rejected with a clear error rather than preempting forever.
+
+With the prefix cache on (``engine.prefix_cache``), admission looks each context up: the
+request's row starts with the cached pages (shared, read-only) and its prefill runs only
+over the rest (the worker reads the row's length as the prefill's prefix). Reviving a
+cached-free page takes it out of what allocations may evict, so admission counts it
+against the free pages as it counts the pages the prefill will allocate. Preemption and
+finishing drop the request's references only: pages other requests share stay theirs.
 """
 
 from __future__ import annotations
@@ -62,11 +69,16 @@ class Scheduler:
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self.rejected: list[Request] = []  # finished with an error; the engine reports them
+        self._scopes: dict[int, str | bytes | None] = {}  # request id -> prefix-cache scope
 
     # -- queue -----------------------------------------------------------------------------
 
-    def add(self, request: Request) -> None:
+    def add(self, request: Request, cache_scope: str | bytes | None = None) -> None:
+        """Queue ``request``; ``cache_scope``: the prefix-cache scope it may hit and publish
+        in (requests of different scopes never share pages)."""
         request.status = RequestStatus.WAITING
+        if cache_scope is not None:
+            self._scopes[request.request_id] = cache_scope
         self.waiting.append(request)
 
     def has_work(self) -> bool:
@@ -99,8 +111,12 @@ class Scheduler:
         committed = 0  # pages the requests admitted in this call will take
         while self.waiting and len(self.running) < self.config.max_batch_size:
             request = self.waiting[0]
-            tokens = len(self.context_ids(request))
-            if admitted and tokens > budget:
+            context = self.context_ids(request)
+            tokens = len(context)
+            scope = self._scopes.get(request.request_id)
+            hit = self.table.match_prefix(context, scope)
+            computed = tokens - len(hit) * self.table.page_size  # what the prefill runs over
+            if admitted and computed > budget:
                 break
             if tokens + 1 > self.config.max_context:
                 self.waiting.popleft()
@@ -116,7 +132,9 @@ class Scheduler:
             if not self.table.can_add_request():
                 break
             pages = -(-need // self.table.page_size)
-            if not self.table.allocator.can_allocate(committed + pages):
+            cache = self.table.prefix_cache
+            revived = sum(1 for p in hit if cache is not None and cache.is_idle(p))
+            if not self.table.allocator.can_allocate(committed + pages - len(hit) + revived):
                 if not self.running and not admitted and pages > self.table.allocator.num_pages - 1:
                     self.waiting.popleft()
                     self._reject(
@@ -127,13 +145,14 @@ class Scheduler:
                     continue
                 break
             self.waiting.popleft()
-            request.table_row = self.table.add_request()
-            request.cached_len = 0
+            request.table_row = self.table.add_request(scope)
+            self.table.attach_prefix(request.table_row, hit, tokens)
+            request.cached_len = 0  # the prefill sets it (from the row's length)
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             admitted.append(request)
-            budget -= tokens
-            committed += pages
+            budget -= computed
+            committed += pages - len(hit)
         return admitted
 
     def _ensure_headroom(self, headroom: int) -> None:
@@ -182,11 +201,13 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         self._release(request)
+        self._scopes.pop(request.request_id, None)
         request.status = RequestStatus.FINISHED
         if request.finish_reason is None:
             request.finish_reason = reason
 
     def _reject(self, request: Request, message: str) -> None:
+        self._scopes.pop(request.request_id, None)
         request.error = message
         request.status = RequestStatus.FINISHED
         request.finish_reason = FinishReason.ERROR
