@@ -40,7 +40,7 @@ _MODEL_TYPE_FAMILIES: Mapping[str, str] = {"gemma3_text": "gemma3"}
 _ACTIVATIONS: Mapping[str, str] = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values()) | frozenset(
     _MODEL_TYPE_FAMILIES)
-_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
+_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
 # llama.cpp's fixed Gemma 3 values (its files do not carry them): every sixth layer attends
 # globally, local layers rotate with base 10000
 _GEMMA3_GGUF_PATTERN = 6
@@ -256,7 +256,7 @@ class ModelConfig:
         """Normalise the metadata of a ``gguf.GGUFReader`` (keys ``{arch}.block_count``...).
 
         ``source`` names the file in messages. Raises ``UnsupportedModelError`` for GGUF
-        architectures other than llama, qwen2, qwen3 and gemma3 and ``InvalidConfigError``
+        architectures other than llama, qwen2, qwen3, phi3 and gemma3 and ``InvalidConfigError``
         for missing or ill-typed metadata. Tied embeddings are inferred from the absence of an
         ``output.weight`` tensor.
         """
@@ -280,6 +280,21 @@ class ModelConfig:
             vocab = len(tokens.data)
         eos = fields.integer("tokenizer.ggml.eos_token_id", None, minimum=0)
         gemma: dict[str, Any] = {"qk_norm": True} if arch == "qwen3" else {}
+        if arch == "phi3":
+            if any(t.name.startswith("rope_factors_") for t in reader.tensors):
+                raise UnsupportedModelError(
+                    f"{source}: Phi-3 'longrope' scaling (rope_factors_long/short) is not "
+                    "supported"
+                )
+            head_dim = fields.integer(f"{arch}.attention.key_length",
+                                      max(hidden_size // num_heads, 1))
+            rotary = fields.integer(f"{arch}.rope.dimension_count", head_dim)
+            if rotary != head_dim:
+                raise UnsupportedModelError(
+                    f"{source}: rotary over {rotary} of {head_dim} head dimensions (partial "
+                    "rotary) is not supported"
+                )
+            gemma = {"sliding_window": fields.integer(f"{arch}.attention.sliding_window", None)}
         if arch == "gemma3":
             layers = fields.integer(f"{arch}.block_count")
             pattern = fields.integer(f"{arch}.attention.sliding_window_pattern",

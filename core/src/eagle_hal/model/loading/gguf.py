@@ -76,6 +76,12 @@ _QWEN3_BLOCK_NAMES = {
     "attn_q_norm": "self_attn.q_norm",
     "attn_k_norm": "self_attn.k_norm",
 }
+# Phi-3 keeps Hugging Face's fused projections: the loader splits them as it does for HF
+_PHI3_BLOCK_NAMES = {
+    **_BLOCK_NAMES,
+    "attn_qkv": "self_attn.qkv_proj",
+    "ffn_up": "mlp.gate_up_proj",
+}
 _BLOCK_TENSOR = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 _CONSUMED_BY_CONFIG = frozenset({"rope_freqs.weight"})
 
@@ -257,8 +263,8 @@ def hf_tensor_name(gguf_name: str, architecture: str = "llama") -> str | None:
         return _GLOBAL_NAMES[gguf_name]
     if gguf_name in _CONSUMED_BY_CONFIG:
         return None
-    names = {"gemma3": _GEMMA3_BLOCK_NAMES, "qwen3": _QWEN3_BLOCK_NAMES}.get(
-        architecture, _BLOCK_NAMES)
+    names = {"gemma3": _GEMMA3_BLOCK_NAMES, "qwen3": _QWEN3_BLOCK_NAMES,
+             "phi3": _PHI3_BLOCK_NAMES}.get(architecture, _BLOCK_NAMES)
     match = _BLOCK_TENSOR.fullmatch(gguf_name)
     if match and match.group(2) in names:
         layer, kind, suffix = match.groups()

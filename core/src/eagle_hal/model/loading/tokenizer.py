@@ -6,9 +6,10 @@ One ``Tokenizer`` wraps a ``tokenizers.Tokenizer`` however it was obtained:
   transformers' ``AutoTokenizer`` converts what is there (e.g. a SentencePiece model).
   The chat template comes from ``chat_template.jinja`` or ``tokenizer_config.json``.
 * from GGUF metadata: ``tokenizer.ggml.*`` of a GPT-2-style byte-level BPE (tokens, merges,
-  token types, the pre-tokenizer name) rebuilt as a ``tokenizers`` BPE, or of Gemma's
-  SentencePiece BPE (``tokenizer.ggml.model`` ``llama`` in a ``gemma3`` file: tokens and
-  token types, no merges) rebuilt as the byte-fallback BPE Hugging Face converts it to;
+  token types, the pre-tokenizer name) rebuilt as a ``tokenizers`` BPE, or of the
+  SentencePiece BPE of Gemma 3 and Phi-3 (``tokenizer.ggml.model`` ``llama`` in a
+  ``gemma3`` / ``phi3`` file: tokens, token types and scores, no merges) rebuilt as the
+  byte-fallback BPE Hugging Face converts it to;
   the chat template from ``tokenizer.chat_template``.
 
 Chat templates are rendered with jinja2 in a sandbox, with the globals and filters
@@ -113,12 +114,12 @@ class Tokenizer:
         metadata = _GGUFTokenizerFields(reader.fields, source)
         kind = metadata.value("tokenizer.ggml.model")
         architecture = metadata.value("general.architecture")
-        sentencepiece = kind == "llama" and architecture == "gemma3"
+        sentencepiece = kind == "llama" and architecture in ("gemma3", "phi3")
         if kind != "gpt2" and not sentencepiece:
             raise UnsupportedModelError(
                 f"GGUF tokenizer model {kind!r} of a {architecture!r} file is not supported "
-                "(supported: byte-level BPE, 'gpt2', and Gemma 3's SentencePiece); load the "
-                "model from a Hugging Face directory instead"
+                "(supported: byte-level BPE, 'gpt2', and the SentencePiece vocabularies of "
+                "Gemma 3 and Phi-3); load the model from a Hugging Face directory instead"
             )
         tokens: list[str] = metadata.strings("tokenizer.ggml.tokens", required=True)
         merges: list[str] = metadata.strings("tokenizer.ggml.merges")
@@ -133,7 +134,14 @@ class Tokenizer:
         try:
             if sentencepiece:
                 unk_id = metadata.token_id("tokenizer.ggml.unknown_token_id", len(tokens))
-                backend = _sentencepiece_bpe(tokens, token_types, unk_id)
+                scores = None
+                if architecture == "phi3":
+                    scores = metadata.value("tokenizer.ggml.scores")
+                    if not isinstance(scores, list) or len(scores) != len(tokens) or not all(
+                        isinstance(x, int | float) for x in scores
+                    ):
+                        raise metadata.bad("tokenizer.ggml.scores", "a number per token")
+                backend = _sentencepiece_bpe(tokens, token_types, unk_id, scores)
             else:
                 backend = _byte_level_bpe(tokens, merges, token_types, pre)
         except ModelLoadError:
@@ -398,21 +406,32 @@ def _byte_level_bpe(tokens: list[str], merges: list[str], token_types: list[int]
     return backend
 
 
-def _sentencepiece_bpe(tokens: list[str], token_types: list[int], unk_id: int | None) -> Any:
-    """Gemma's SentencePiece BPE from a GGUF vocabulary, as transformers' GGUF conversion
-    builds it: spaces normalised to U+2581, byte fallback, and merges (the file lists none)
-    recovered from the vocabulary: every split of a token into two tokens, ordered by the
-    merged token's place in the file (Gemma's scores do not follow its merge order), then
-    longer left halves, then longer right halves. Whitespace tokens holding a space are
-    stored as written but looked up as U+2581 runs. Control tokens are special; user-defined ones
-    are added whole."""
+def _sentencepiece_bpe(
+    tokens: list[str], token_types: list[int], unk_id: int | None,
+    scores: list[float] | None = None,
+) -> Any:
+    """A SentencePiece BPE from a GGUF vocabulary, as transformers' GGUF conversion builds
+    it: byte fallback, and merges (the file lists none) recovered from the vocabulary:
+    every split of a token into two tokens, ordered by the merged token's rank, then longer
+    left halves, then longer right halves. Control tokens are special; user-defined ones are
+    added whole.
+
+    ``scores`` ``None`` is Gemma's: the rank is the token's place in the file (Gemma's
+    scores do not follow its merge order), spaces are normalised to U+2581, and whitespace
+    tokens holding a space are stored as written but looked up as U+2581 runs. With
+    ``scores`` (Phi-3's) the rank is the score, the text gets a U+2581 prefix and its
+    spaces become U+2581, and decoding drops the one leading space that prefix makes."""
     from tokenizers import AddedToken, decoders, models, normalizers
     from tokenizers import Tokenizer as Backend
 
-    spelled = ["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+    gemma = scores is None
+    spelled = (["\u2581" * len(t) if " " in t and not t.strip() else t for t in tokens]
+               if gemma else list(tokens))
     vocab = {token: index for index, token in enumerate(spelled)}
-    rank = {token: -index for index, token in enumerate(spelled)}
-    candidates: list[tuple[str, str, int]] = []
+    rank: dict[str, float] = (
+        {token: -index for index, token in enumerate(spelled)} if gemma
+        else dict(zip(spelled, scores, strict=True)))
+    candidates: list[tuple[str, str, float]] = []
     for token, score in rank.items():
         pairs = [(token[:i], token[i:]) for i in range(1, len(token))
                  if token[:i] in vocab and token[i:] in vocab]
@@ -422,9 +441,14 @@ def _sentencepiece_bpe(tokens: list[str], token_types: list[int], unk_id: int | 
     unk = tokens[unk_id] if unk_id is not None else None
     backend = Backend(models.BPE(vocab=vocab, merges=[(a, b) for a, b, _ in candidates],
                                  unk_token=unk, fuse_unk=True, byte_fallback=True))
-    backend.normalizer = normalizers.Replace(" ", "\u2581")
-    backend.decoder = decoders.Sequence(
-        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if gemma:
+        backend.normalizer = normalizers.Replace(" ", "\u2581")
+    else:
+        backend.normalizer = normalizers.Sequence(
+            [normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+        steps.append(decoders.Strip(" ", 1, 0))
+    backend.decoder = decoders.Sequence(steps)
     backend.add_special_tokens([
         AddedToken(token, special=True, normalized=False)
         for token, kind in zip(tokens, token_types, strict=False) if kind == _GGUF_CONTROL
