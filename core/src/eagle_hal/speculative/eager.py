@@ -39,6 +39,7 @@ from eagle_hal.hal.sampling import AcceptResult, TreeShape, VerifyTree
 from eagle_hal.speculative import logprobs as _logprobs
 from eagle_hal.speculative.acceptance import accept_tree
 from eagle_hal.speculative.draft_tracker import table_row
+from eagle_hal.speculative.drafter import Proposal, proposal_tree
 from eagle_hal.speculative.drafting import DraftInputs, draft_tree, single_node_tree
 from eagle_hal.speculative.iteration import DecodeBatch, IterationContext, Outputs
 
@@ -85,6 +86,17 @@ class EagerIteration:
     def discard(self) -> None:
         pass
 
+    def _propose(self, batch: DecodeBatch) -> list[Proposal] | None:
+        """The ``Drafter``'s proposals for ``batch`` (``None``: no drafter, or S = 0). They
+        take the place of the EAGLE head's draft: the verify, the accept and the KV moves
+        are the same; a batch where none proposes anything runs as plain decoding."""
+        drafter = self.context.drafter
+        if drafter is None or batch.steps == 0:
+            return None
+        with self.context.timer.phase("draft"):
+            return drafter.propose([r.request_id for r in batch.requests],
+                                   [r.all_ids for r in batch.requests], batch.spec.shape)
+
     def decode(self, batch: DecodeBatch) -> Outputs:
         context = self.context
         runner, ops, draft, timer = context.runner, context.ops, context.draft, context.timer
@@ -93,6 +105,10 @@ class EagerIteration:
         timer.begin(batch.start)
         num_nodes = spec.draft_tokens if steps > 0 else 1
         topk = spec.topk if steps > 0 else 1
+        proposals = self._propose(batch)
+        if proposals is not None:  # a Drafter's trees: S their depth, N the widest + 1
+            steps, topk = max(p.depth for p in proposals), 1
+            num_nodes = 1 + max(len(p.tokens) for p in proposals)
         reserve = max(num_nodes, steps * topk)
 
         # 1. reserve, and everything the iteration needs from the host in one copy: the
@@ -125,7 +141,10 @@ class EagerIteration:
 
         # 2. draft the tree and lay it out for verification
         with timer.phase("draft"):
-            if steps > 0:
+            if proposals is not None and steps > 0:
+                tree = proposal_tree(ops, proposals, roots, seq_lens_device,
+                                     runner.tree_mask_mode, sum(seq_lens))
+            elif steps > 0:
                 inputs = DraftInputs(
                     table_rows, seq_lens, table_rows_device, seq_lens_device, branches_device,
                     slots,
@@ -204,6 +223,9 @@ class EagerIteration:
                     features = features[hidden_index]
                 ids = [t for tokens in emitted for t in tokens]
                 draft.extend(requests, ids, features, seq_lens, accept_lens)
+            if context.drafter is not None:
+                for request, tokens in zip(requests, emitted, strict=True):
+                    context.drafter.observe(request.request_id, tokens)
         timer.count_iteration()
         accept = sum(accept_lens) / size if context.controller is not None else None
         return Outputs(emitted, accept, catch_up)

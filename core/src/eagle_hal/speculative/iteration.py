@@ -16,8 +16,9 @@ rest, then let the draft consume the emitted tokens. Three strategies run it
 
 Each strategy keeps its own state (what it has in flight) and reaches everything else
 through an ``IterationContext``: the runner and sampling ops, the draft's per-request state
-(``DraftTracker``), the batch's sampling tensors, the adaptive controller and its accounts,
-the phase timer and the per-depth counts.
+(``DraftTracker``), a ``Drafter`` that proposes trees in place of the EAGLE head (``None``:
+the head, or no speculation; ``speculative.drafter``), the batch's sampling tensors, the
+adaptive controller and its accounts, the phase timer and the per-depth counts.
 
 The logit bias and the penalties (``speculative.logits_processing``) and the logprobs
 (``speculative.logprobs``) run in ``EagerIteration`` only: the worker takes it for every
@@ -43,6 +44,7 @@ from eagle_hal.speculative.acceptance import SamplingBatch
 from eagle_hal.speculative.adaptive import AdaptiveController
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.draft_tracker import DraftTracker
+from eagle_hal.speculative.drafter import Drafter
 from eagle_hal.speculative.logits_processing import LogitsProcessing
 from eagle_hal.speculative.reports import ControllerReports
 
@@ -195,10 +197,11 @@ class IterationContext:
 
     def __init__(self, runner: ModelRunner, ops: SamplingOps, spec: SpecConfig,
                  draft: DraftTracker, controller: AdaptiveController | None,
-                 seed: int | None) -> None:
+                 seed: int | None, drafter: Drafter | None = None) -> None:
         self.runner = runner
         self.ops = ops
         self.draft = draft
+        self.drafter = drafter  # proposes the trees in place of the EAGLE head
         self.spec = spec
         self.controller = controller
         self.vocab_size: int = runner.target.config.vocab_size

@@ -18,6 +18,10 @@ timed pass, another strategy) is applied first, and that call launches nothing. 
 what plain decoding costs; the emitted tokens and their features wait in
 ``speculative.catchup`` until the next iteration with S > 0 catches the draft up. With no
 draft model, or a fixed ``num_steps == 0``, the worker is plain decoding, the baseline.
+
+A ``Drafter`` (``speculative.drafter``: the n-gram drafter, ``speculative.ngram``) takes
+the EAGLE head's place: it proposes on the host, so every decode call runs
+``EagerIteration``; the adaptive controller chooses its depth as it does the head's.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from eagle_hal.speculative.adaptive import AdaptiveController
 from eagle_hal.speculative.catchup import CatchUpTotals
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.speculative.draft_tracker import DraftTracker, table_row
+from eagle_hal.speculative.drafter import Drafter
 from eagle_hal.speculative.drafting import DraftState, single_node_tree
 from eagle_hal.speculative.eager import EagerIteration, sample_tree
 from eagle_hal.speculative.iteration import (
@@ -59,7 +64,8 @@ class EagleWorker:
     ``overlap``: keep an iteration in flight (``None``: where the device runs asynchronously
     to the host); ``timed``: the eager iterations' phase times (``times``) with a device
     sync per phase. ``spec``, ``controller``, ``overlap`` and ``timed`` may be changed
-    between calls."""
+    between calls. ``drafter``: proposes the trees in place of the runner's EAGLE head
+    (which then never runs)."""
 
     def __init__(
         self,
@@ -70,18 +76,21 @@ class EagleWorker:
         seed: int | None = None,
         timed: bool = False,
         overlap: bool | None = None,
+        drafter: Drafter | None = None,
     ) -> None:
         self.runner = runner
         deepest = max(spec.adaptive_steps) if spec.adaptive else spec.num_steps
         # a draft that can never be asked to speculate is not run at all
-        has_draft = runner.draft is not None and deepest > 0
+        has_draft = runner.draft is not None and drafter is None and deepest > 0
+        drafter = drafter if deepest > 0 else None
+        self.speculates = has_draft or drafter is not None
         controller = (
             AdaptiveController(spec.adaptive_steps, ema=spec.adaptive_ema,
                                hysteresis=spec.adaptive_hysteresis)
-            if spec.adaptive and has_draft else None
+            if spec.adaptive and self.speculates else None
         )
         self.context = IterationContext(runner, ops, spec, DraftTracker(runner, has_draft),
-                                        controller, seed)
+                                        controller, seed, drafter)
         self.context.timer.enabled = timed
         # several processes decode in lockstep, each reading back every iteration
         self._may_overlap = runner.parallel.world_size == 1
@@ -167,13 +176,13 @@ class EagleWorker:
 
     def headroom(self, batch_size: int) -> int:
         steps = max(self.spec.adaptive_steps) if self.controller else self.spec.num_steps
-        if not self.has_draft or steps == 0:
+        if not self.speculates or steps == 0:
             return 1
         spec = self.context.spec_at(steps)
         return max(spec.draft_tokens, steps * spec.topk)
 
     def steps_for(self, batch_size: int) -> int:
-        if not self.has_draft:
+        if not self.speculates:
             return 0
         if self.controller is not None:
             # the controller times iterations, which differ per rank: rank 0 decides
@@ -184,6 +193,8 @@ class EagleWorker:
         self.context.draft.forget(request)
         self.context.sampling.forget()
         self.context.processing.forget(request)
+        if self.context.drafter is not None:
+            self.context.drafter.release(request.request_id)
 
     def drain(self) -> list[tuple[Request, list[int]]]:
         """Read back the iteration in flight without launching another: the requests it
@@ -288,7 +299,9 @@ class EagleWorker:
         return 0
 
     def _overlaps(self, steps: int) -> bool:
-        return self.overlap and not self.timed and (steps == 0 or self.speculative.eligible(steps))
+        # a host Drafter proposes from what the previous iteration read back
+        return self.overlap and not self.timed and self.context.drafter is None and (
+            steps == 0 or self.speculative.eligible(steps))
 
     def _finish_first(self, batch: DecodeBatch) -> Outputs | None:
         """Apply a speculative iteration in flight that ``batch`` cannot continue (another
