@@ -8,9 +8,11 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["BenchConfig", "MODES", "mode_spec"]
+__all__ = ["KINDS", "BenchConfig", "MODES", "mode_spec"]
 
-MODES = ("plain", "chain", "tree", "adaptive")
+MODES = ("plain", "chain", "tree", "adaptive")  # what a run measures unless told
+# every mode kind: ``ngram`` drafts with no head (``speculative.ngram``), so it is asked for
+KINDS = (*MODES, "ngram")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -22,7 +24,10 @@ class BenchConfig:
     given; ``topk`` and ``draft_tokens`` apply to ``tree`` and ``adaptive`` only), over
     ``base_specs[kind]``: the backend's default spec of the kind
     (``Backend.default_spec``; where left out, the library's: a chain of S = 5, trees of
-    S = 5, K = 4, N = 16). ``draft_vocab``: the draft vocabulary of modes that name none."""
+    S = 5, K = 4, N = 16). ``draft_vocab``: the draft vocabulary of modes that name none.
+    ``ngram`` modes propose by prompt lookup instead of the head: ``ngram:S5K2M3`` (M the
+    longest match, default 3; K the continuations per node, default 1; S, N as above,
+    over the chain's or, at K > 1, the tree's base spec)."""
 
     modes: tuple[str, ...] = MODES
     batch_sizes: tuple[int, ...] = (1,)
@@ -38,9 +43,9 @@ class BenchConfig:
     base_specs: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        unknown = {m.partition(":")[0] for m in self.modes} - set(MODES)
+        unknown = {m.partition(":")[0] for m in self.modes} - set(KINDS)
         if unknown or not self.modes:
-            raise ValueError(f"unknown modes {sorted(unknown)}; choose from {', '.join(MODES)}")
+            raise ValueError(f"unknown modes {sorted(unknown)}; choose from {', '.join(KINDS)}")
         repeated = sorted(m for m, n in Counter(self.modes).items() if n > 1)
         if repeated:
             raise ValueError(f"modes {repeated} are given more than once")
@@ -59,6 +64,13 @@ class BenchConfig:
 
         kind, given = mode_spec(mode)
         given.pop("V", None)
+        if "M" in given and kind != "ngram":
+            raise ValueError(f"mode {mode!r}: M (the longest match) is an ngram mode's")
+        given.pop("M", None)
+        if kind == "ngram":
+            topk = given.get("K", 1)
+            return self._base("chain" if topk == 1 else "tree").with_settings(
+                given.get("S", self.steps), topk, given.get("N"))
         if kind == "plain":
             if given:
                 raise ValueError(f"mode {mode!r}: plain decoding takes no spec settings")
@@ -79,11 +91,27 @@ class BenchConfig:
 
         return library_default_spec(kind)
 
+    def ngram_for(self, mode: str) -> tuple[int, int]:
+        """An ``ngram`` mode's longest match M and continuations per node K."""
+        from eagle_hal.speculative.ngram import DEFAULT_MAX_NGRAM, parse_ngram
+
+        _, given = mode_spec(mode)
+        # parse_ngram checks the ranges
+        return parse_ngram(f"mode {mode}", f"ngram:{given.get('M', DEFAULT_MAX_NGRAM)},"
+                                           f"{given.get('K', 1)}")
+
     def draft_vocab_for(self, mode: str) -> int | str:
-        """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``."""
+        """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``
+        (``"full"`` for an ``ngram`` mode, which drafts with no head)."""
         from eagle_hal.model.draft_vocab import parse_size
 
         kind, given = mode_spec(mode)
+        if kind == "ngram":
+            if "V" in given:
+                raise ValueError(f"mode {mode!r}: an ngram mode drafts with no head, so "
+                                 "takes no V")
+            self.ngram_for(mode)
+            return "full"
         if kind == "plain" and "V" in given:
             raise ValueError(f"mode {mode!r}: plain decoding drafts nothing, so takes no V")
         size = parse_size(given.get("V", self.draft_vocab))
@@ -97,18 +125,20 @@ def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
     """Split a mode as given to ``--modes`` into its kind and its own spec settings:
     ``"tree:S8K4N48"`` -> ``("tree", {"S": 8, "K": 4, "N": 48})``; ``"plain"`` ->
     ``("plain", {})``. S is the draft depth, K the branches, N the verify tokens, V the
-    draft vocabulary's size; any may be left out (the run's ``--spec-*`` and
-    ``--draft-vocab`` values apply), none given twice."""
+    draft vocabulary's size, M an ngram mode's longest match; any may be left out (the
+    run's ``--spec-*`` and ``--draft-vocab`` values apply), none given twice."""
     kind, colon, settings = mode.partition(":")
     given: dict[str, int] = {}
     if colon:
         parts = re.findall(r"([A-Za-z])(\d+)", settings)
         if not parts or "".join(k + v for k, v in parts) != settings:
             raise ValueError(f"mode {mode!r}: settings must read like S8K4N48 (S depth, "
-                             f"K branches, N verify tokens, V draft vocabulary), got {settings!r}")
+                             f"K branches, N verify tokens, V draft vocabulary, M longest "
+                             f"match), got {settings!r}")
         for key, value in parts:
             key = key.upper()
-            if key not in "SKNV" or key in given:
-                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N, V once each")
+            if key not in "SKNVM" or key in given:
+                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N, V, M once "
+                                 "each")
             given[key] = int(value)
     return kind, given

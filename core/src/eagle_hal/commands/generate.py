@@ -34,6 +34,21 @@ TEMPERATURE = arg_type(check_float, float, low=0.0)
 TOP_P = arg_type(check_float, float, low=0.0, high=1.0, low_open=True)
 
 
+def draft_argument(text: str) -> str:
+    """``--draft``'s value: an n-gram setting is checked while the command line is parsed
+    (a head's path or id is checked when it loads)."""
+    from eagle_hal.errors import InvalidArgument
+    from eagle_hal.speculative.ngram import is_ngram, parse_ngram
+
+    if is_ngram(text):
+        try:
+            parse_ngram("--draft", text)
+        except InvalidArgument as bad:
+            raise argparse.ArgumentTypeError(f"{text!r} is not valid: expected {bad.allowed}"
+                                             ) from None
+    return text
+
+
 def draft_vocab_size(text: str) -> int | str:
     """``--draft-vocab``'s value, checked while the command line is parsed."""
     from eagle_hal.model.draft_vocab import parse_size
@@ -59,8 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     what.add_argument("--model", default=None,
                       help="HF directory, GGUF file or hub id org/name[@revision] "
                            "(default: SmolLM2-135M-Instruct)")
-    what.add_argument("--draft", default="default",
-                      help='EAGLE head directory or hub id, "default" or "none"')
+    what.add_argument("--draft", default="default", type=draft_argument,
+                      help='EAGLE head directory or hub id, "default", "none", or '
+                           '"ngram[:N,K]": no head, prompt lookup (matches of at most N '
+                           'tokens, default 3; K continuations per node, default 1)')
     what.add_argument("--draft-vocab", default="auto", type=draft_vocab_size,
                       help='tokens the head drafts from: "auto" (the backend\'s choice: '
                       '"default" on the CPU, "full" elsewhere), "default" (its '
@@ -179,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
 
 def describe_draft(llm: Any) -> str:
     """The draft head and the vocabulary it drafts from, for a status line."""
+    drafter = getattr(llm, "drafter", None)
+    if drafter is not None:
+        return f"none, n-gram prompt lookup (N = {drafter.max_ngram}, K = {drafter.topk})"
     if llm.draft is None:
         return "none (plain decoding)"
     size, vocab = llm.draft_vocab_size, llm.target.config.vocab_size
@@ -234,6 +254,9 @@ def _report(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None
         "stats": _stats(llm, spec_run),
     }
     report["stats"]["draft"] = str(llm.draft_path) if llm.draft is not None else None
+    drafter = getattr(llm, "drafter", None)
+    if drafter is not None:
+        report["stats"]["draft"] = f"ngram:{drafter.max_ngram},{drafter.topk}"
     report["stats"]["draft_vocab_size"] = llm.draft_vocab_size
     if plain_run is not None:
         report["plain"] = _stats(llm, plain_run)
@@ -246,6 +269,8 @@ def _report(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None
 
 def _print_summary(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None) -> None:
     label = "EAGLE" if llm.draft is not None else "plain"
+    if getattr(llm, "drafter", None) is not None:
+        label = "n-gram"
     print(f"\n{label}: {spec_run['tokens']} tokens in {spec_run['seconds']:.2f} s = "
           f"{spec_run['tokens_per_s']:.1f} tokens/s, accept length {spec_run['accept_length']:.2f} "
           f"({spec_run['verify_steps']} target passes) on "
@@ -284,6 +309,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     from eagle_hal.model.draft_vocab import restrict
     from eagle_hal.model.loading import default_draft_path, load_eagle_head
     from eagle_hal.parallel.sharding import load_sharded_target
+    from eagle_hal.speculative.ngram import NgramDrafter, is_ngram, parse_ngram
 
     if not context.is_first_rank:  # the ranks run the same program; one of them talks
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process
@@ -297,11 +323,17 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
         args.model, context, dtype=dtype, device=backend.torch_device, progress=verbose
     )
     draft_arg = None if args.draft.lower() == "none" else args.draft
+    drafter = None
+    if is_ngram(draft_arg):  # no head: every rank proposes from the same tokens
+        drafter, draft_arg = NgramDrafter(*parse_ngram("--draft", args.draft)), None
     draft_path = default_draft_path(args.model) if draft_arg == "default" else draft_arg
     head = load_eagle_head(draft_path, target, dtype=dtype) if draft_path else None
     head = restrict(head, draft_path, args.draft_vocab, backend)
+    spec = _spec(args, backend)
+    if drafter is not None and spec.topk != drafter.topk:
+        spec = spec.with_settings(topk=drafter.topk)
     llm = LLM.from_models(
-        backend, target, head, tokenizer, _spec(args, backend),
+        backend, target, head, tokenizer, spec, drafter=drafter,
         max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
     )
     llm.draft_path = draft_path

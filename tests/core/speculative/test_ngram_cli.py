@@ -1,0 +1,36 @@
+"""``--draft ngram[:N,K]`` and the bench's ``ngram`` mode: parsed before anything loads."""
+
+from __future__ import annotations
+
+import pytest
+from eagle_hal import cli
+from eagle_hal.commands.bench_config import BenchConfig
+
+
+def status_of(argv: list[str]) -> int:
+    try:
+        return cli.main(argv)
+    except SystemExit as exit:
+        return exit.code
+
+
+@pytest.mark.parametrize("value", ["ngram:0", "ngram:3,0", "ngram:3,x", "ngram:1,2,3"])
+def test_generate_refuses_a_bad_ngram_draft(value, capsys):
+    assert status_of(["generate", "--draft", value, "--device", "cpu"]) == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "--draft" in err and value in err
+
+
+def test_bench_ngram_modes():
+    config = BenchConfig(modes=("plain", "ngram", "ngram:S4K2M2"))
+    chain, tree = config.spec_for("ngram"), config.spec_for("ngram:S4K2M2")
+    assert chain.topk == 1 and chain.draft_tokens == chain.num_steps + 1
+    assert (tree.num_steps, tree.topk) == (4, 2)
+    assert config.ngram_for("ngram") == (3, 1) and config.ngram_for("ngram:S4K2M2") == (2, 2)
+    assert config.draft_vocab_for("ngram") == "full"
+
+
+@pytest.mark.parametrize("mode", ["ngram:M0", "ngram:V100", "chain:M2", "ngram:K99"])
+def test_bench_refuses_bad_ngram_modes(mode):
+    with pytest.raises(ValueError):
+        BenchConfig(modes=(mode,))
