@@ -195,6 +195,14 @@ SETTINGS: tuple[Setting, ...] = (
             THIRD_PARTY),
     Setting("PYTEST_DISABLE_PLUGIN_AUTOLOAD", STR, "", "any value: pytest loads no plugin by "
             "entry point, so the conformance suite names its own with `-p`", THIRD_PARTY),
+    Setting("HF_HUB_OFFLINE", BOOL, False, "model ids (`org/name[@revision]`) resolve from the "
+            "Hugging Face cache only; one not cached is an error naming it", THIRD_PARTY),
+    Setting("HF_HUB_CACHE", STR, None, "the Hugging Face cache model ids are fetched into "
+            "(default: `$HF_HOME/hub`)", THIRD_PARTY),
+    Setting("HF_HOME", STR, None, "the Hugging Face home; its `hub` folder is the cache "
+            "(default: `$XDG_CACHE_HOME/huggingface`)", THIRD_PARTY),
+    Setting("XDG_CACHE_HOME", STR, None, "where the Hugging Face home lies when `HF_HOME` is "
+            "unset (default: `~/.cache`)", THIRD_PARTY),
     _visible("CUDA_VISIBLE_DEVICES", "NVIDIA GPUs (and AMD GPUs under ROCm)",
              "the cuda and rocm probes name"),
     _visible("HIP_VISIBLE_DEVICES", "AMD GPUs", "the rocm probe names"),

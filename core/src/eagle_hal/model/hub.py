@@ -21,12 +21,12 @@ offline raises ``ModelNotCached``.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from eagle_hal import settings
 from eagle_hal.model.errors import ModelFileNotFound, ModelLoadError
 
 __all__ = [
@@ -75,7 +75,6 @@ IGNORE_PATTERNS: tuple[str, ...] = ("*/*", "consolidated*")
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
-_TRUE = frozenset({"1", "on", "yes", "true"})
 
 
 class ModelNotCached(ModelFileNotFound):
@@ -133,17 +132,17 @@ def parse_model_id(text: str) -> HubModelId | None:
 
 def offline() -> bool:
     """Whether ``HF_HUB_OFFLINE`` forbids the network (read now, not at import)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
+    return bool(settings.get("HF_HUB_OFFLINE"))
 
 
 def hub_cache_dir() -> Path:
     """The hub cache: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
     ``$XDG_CACHE_HOME/huggingface/hub`` (``~/.cache`` by default)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    if settings.get("HF_HUB_CACHE"):
+        return Path(settings.get("HF_HUB_CACHE")).expanduser()
+    if settings.get("HF_HOME"):
+        return Path(settings.get("HF_HOME")).expanduser() / "hub"
+    base = settings.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "huggingface" / "hub"
 
 
