@@ -34,3 +34,20 @@ def test_bench_ngram_modes():
 def test_bench_refuses_bad_ngram_modes(mode):
     with pytest.raises(ValueError):
         BenchConfig(modes=(mode,))
+
+
+def test_bench_measures_an_ngram_mode_without_a_head():
+    from eagle_hal import select_backend
+    from eagle_hal.commands.bench import benchmark
+    from eagle_hal.testing.models import near_bigram_target
+
+    target = near_bigram_target(seed=5)
+    prompts = [[5, 9, 13, 2, 7, 5, 9, 13, 2, 7, 5, 9], [3, 4, 3, 4, 3, 4, 3]]
+    config = BenchConfig(modes=("plain", "ngram:S3K2M3", "chain"), max_new_tokens=24,
+                         repeats=1, graphs=False, split_timing=False)
+    rows = benchmark(select_backend("cpu"), target, None, prompts, config, max_context=256)
+    by_mode = {row["mode"]: row for row in rows}
+    assert set(by_mode) == {"plain", "ngram:S3K2M3"}  # chain needs a head: skipped
+    ngram = by_mode["ngram:S3K2M3"]
+    assert ngram["same_as_plain"] and ngram["accept_length"] > 1.2
+    assert ngram["spec"]["topk"] == 2

@@ -1,6 +1,7 @@
 """``eagle-hal bench``: plain vs speculative decoding, per mode and batch size, in one run.
 
-For every mode (``plain``, ``chain``, ``tree``, ``adaptive``) and batch size it builds an
+For every mode (``plain``, ``chain``, ``tree``, ``adaptive``; ``ngram``, prompt lookup with
+no head, when asked for) and batch size it builds an
 engine over the same loaded models, warms it up (graph capture included: one short
 generation per graph bucket the run passes through as its requests finish, as a server
 captures its graphs at start-up; adaptive: until the controller has settled at each of
@@ -32,7 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eagle_hal.commands.bench_config import MODES, BenchConfig, mode_spec
+from eagle_hal.commands.bench_config import KINDS, MODES, BenchConfig, mode_spec
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
@@ -65,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-sizes", default=(1,), type=batch_sizes,
                         help="comma-separated, e.g. 1,2,4,8")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
-                        + ",".join(MODES) + "; each may carry its own spec settings, "
-                        "e.g. plain,chain:S5,tree:S8K4N48,chain:S5V8192")
+                        + ",".join(KINDS) + "; each may carry its own spec settings, "
+                        "e.g. plain,chain:S5,tree:S8K4N48,chain:S5V8192; ngram drafts by "
+                        "prompt lookup with no head, e.g. ngram:S5K2M3 (M the longest match)")
     parser.add_argument("--spec-steps", type=SPEC_STEPS, default=None,
                         help="draft depth S of modes that name none (default: the backend's "
                         "default spec of each mode's kind)")
@@ -249,6 +251,7 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
     from eagle_hal.api import LLM
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.model.draft_vocab import restrict
+    from eagle_hal.speculative.ngram import NgramDrafter
 
     params = SamplingParams(max_tokens=config.max_new_tokens)
     rows: list[dict[str, Any]] = []
@@ -256,7 +259,9 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
         # at least one full batch of requests
         batch_prompts = [list(prompts[i % len(prompts)])
                          for i in range(max(len(prompts), batch_size))]
-        modes = [m for m in config.modes if m == "plain" or draft is not None]
+        # plain and ngram modes run without a head
+        modes = [m for m in config.modes
+                 if mode_spec(m)[0] in ("plain", "ngram") or draft is not None]
         for mode in config.modes:
             if mode not in modes:
                 _progress(f"  skip {mode}: no draft head")
@@ -268,9 +273,12 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
         for mode in modes:
             _progress(f"bench: warming up {mode}, batch size {batch_size}")
             size = config.draft_vocab_for(mode)
-            head = None if mode == "plain" else restrict(draft, draft_dir, size, backend)
+            kind = mode_spec(mode)[0]
+            head = None if kind in ("plain", "ngram") else restrict(draft, draft_dir, size,
+                                                                   backend)
+            drafter = NgramDrafter(*config.ngram_for(mode)) if kind == "ngram" else None
             llm = LLM.from_models(
-                backend, target, head, spec=config.spec_for(mode),
+                backend, target, head, spec=config.spec_for(mode), drafter=drafter,
                 max_batch_size=batch_size, max_context=max_context, seed=config.seed,
             )
             graphs = config.graphs and llm.runner.enable_graphs()
@@ -347,7 +355,7 @@ def run(args: argparse.Namespace) -> int:
               max_context=args.max_context, seed=args.seed, draft_vocab="full")
     prompts = [llm.encode(text, chat=True) for text in texts]
     for mode in config.modes:  # every mode's draft vocabulary resolves before any is timed
-        if mode_spec(mode)[0] != "plain":
+        if mode_spec(mode)[0] not in ("plain", "ngram"):
             restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode), llm.backend)
     rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
                      max_context=args.max_context, draft_dir=llm.draft_path)
