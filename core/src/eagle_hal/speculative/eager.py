@@ -10,7 +10,8 @@ steps, top-k K, N verify nodes:
    upload everything the iteration needs from the host in one copy;
 2. draft: S - 1 DRAFT_DECODE forwards grow the tree, then the N - 1 best nodes are laid
    out as the verify tree (root = the pending token; ``speculative.drafting``). At S = 0 a
-   one-node tree, no draft;
+   one-node tree, no draft. With a ``Drafter`` (``speculative.drafter``), its proposals
+   instead, asked for before the reserve, which they size (S their depth, N the widest);
 3. verify: one TARGET_VERIFY forward over the N nodes under the tree mask;
 4. accept (greedy or lossless tree sampling; ``sample_tree``: the logit bias and penalties
    per node first, for a batch that sets them, and the logprobs of what was emitted for
