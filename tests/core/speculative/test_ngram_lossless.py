@@ -85,6 +85,26 @@ def test_a_request_that_never_matches_decodes_beside_proposing_ones(backend):
     assert mixed, "no iteration verified a proposal beside an empty one"
 
 
+def test_penalties_and_logprobs_through_ngram_trees(backend):
+    """The logits stage runs per tree node along its own path: a repetition penalty (which
+    counts each node's ancestors) and logprobs give what plain decoding gives."""
+    target = near_bigram_target(seed=5)
+    params = SamplingParams(temperature=0.0, max_tokens=30, repetition_penalty=1.3,
+                            logprobs=2)
+    llm = LLM.from_models(backend, target, None, spec=SpecConfig(3, 2, 7), max_batch_size=8,
+                          drafter=NgramDrafter(3, 2))
+    got = llm.generate(REPEATS, params)
+    reference = LLM.from_models(backend, target, None, spec=SpecConfig(num_steps=0),
+                                max_batch_size=8).generate(REPEATS, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in reference]
+    for a, b in zip(got, reference, strict=True):
+        assert len(a.logprobs) == len(b.logprobs) == len(a.token_ids)
+        for x, y in zip(a.logprobs, b.logprobs, strict=True):
+            assert abs(x.logprob - y.logprob) < 1e-4
+            assert [t for t, _ in x.top] == [t for t, _ in y.top]
+    assert sum(o.accept_length for o in got) / len(got) > 1.0
+
+
 def test_a_batch_proposing_nothing_is_plain_decoding(backend):
     target = tiny_target(seed=4)
     prompts = [[1, 2, 3], [4, 5, 6, 7]]
