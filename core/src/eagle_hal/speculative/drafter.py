@@ -13,13 +13,15 @@ speculative sampling with the drafted tokens as one-hot proposals,
   request;
 * ``observe``: the tokens a request emitted in an iteration;
 * ``release``: forget a request (finished, cancelled);
-* ``on_device``: whether it proposes from device tensors (a device-side drafter, which an
-  overlapped iteration could build from) or on the host.
+* ``on_device``: whether it proposes from device tensors or on the host (the n-gram
+  drafter).
 
 The EAGLE head drafts through its own path (``speculative.drafting``, its state kept by
 ``DraftTracker``), which replays as device graphs and overlaps iterations; the eager
 iteration takes that path when the worker has no ``Drafter``, and this one when it has
-(``EagerIteration.decode``'s draft step). A host drafter always runs the eager iteration.
+(``EagerIteration.decode``'s draft step). The worker runs every ``Drafter`` through the
+eager iteration: the overlapped strategies grow the next tree from the head's state on
+the device, which a drafter does not have.
 
 ``proposal_tree`` lays a batch's proposals out as the verify tree. Requests of one
 verify share its width N (the widest proposal + 1); a narrower proposal is padded with
