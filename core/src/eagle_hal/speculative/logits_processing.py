@@ -9,6 +9,13 @@ every node is exactly the one plain decoding would sample from had it emitted th
 Applying the prefix's counts to every node would not be lossless: a token drafted at depth
 1 is penalised at depth 2 in plain decoding.
 
+A node's counts differ from the prefix's only at the (at most D, the tree's depth) tokens
+on its path. So the prefix's penalties are applied to every node at once, in place, from
+``[B, V]`` operands; then the path tokens' entries are recomputed from their logits before
+the penalties, ``[B, N, D]`` gathers and one scatter. Besides its output the stage holds no
+batch x nodes x vocabulary array: that would be gigabytes for a large batch, tree and
+vocabulary.
+
 The order is vLLM's: ``logit_bias`` is added; then, for a token seen in the prompt or the
 output (path included) a positive logit is divided by ``repetition_penalty`` and a
 negative one multiplied by it; then ``frequency_penalty`` times the token's count in the
@@ -34,7 +41,7 @@ from eagle_hal.engine.request import Request
 from eagle_hal.errors import InvalidArgument
 from eagle_hal.ops.reference_verify import parents_from_links
 
-__all__ = ["LogitsProcessing", "path_token_counts"]
+__all__ = ["LogitsProcessing", "tree_paths"]
 
 
 @dataclasses.dataclass(slots=True)
@@ -87,27 +94,64 @@ class LogitsProcessing:
         zero = torch.zeros(vocab, device=self.device)
         counts = torch.stack([zero if s.counts is None else s.counts for s in states])  # [B, V]
         never = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        seen = torch.stack([never if s.seen_in_prompt is None else s.seen_in_prompt
-                            for s in states])  # [B, V]
-        counts = counts[:, None, :].expand(batch, nodes, vocab)
-        if nodes > 1:
-            assert tokens is not None and retrieve_next_token is not None
-            assert retrieve_next_sibling is not None
-            counts = counts + path_token_counts(tokens, retrieve_next_token,
-                                                retrieve_next_sibling, vocab)
         present = counts > 0
-        seen = seen[:, None, :] | present
+        seen = present | torch.stack([never if s.seen_in_prompt is None else s.seen_in_prompt
+                                      for s in states])  # [B, V]
         params = [r.params for r in requests]
         repetition, frequency, presence = (
             torch.tensor([getattr(p, name) for p in params], dtype=torch.float32,
-                         device=self.device).view(batch, 1, 1)
+                         device=self.device).view(batch, 1)
             for name in ("repetition_penalty", "frequency_penalty", "presence_penalty")
         )
-        penalised = torch.where(rows > 0, rows / repetition, rows * repetition)
-        rows.copy_(torch.where(seen, penalised, rows))
-        rows -= frequency * counts
-        rows -= presence * present
+        paths = None
+        if nodes > 1:
+            assert tokens is not None and retrieve_next_token is not None
+            assert retrieve_next_sibling is not None
+            paths = tree_paths(tokens, retrieve_next_token, retrieve_next_sibling, vocab)
+            # the path tokens' logits before any penalty: they are recomputed below
+            before = rows.gather(2, paths[0])  # [B, N, D]
+        # The prefix's penalties, the same for every node: [B, V] operands broadcast over the
+        # nodes, in place. The repetition penalty's sign test needs a [N, V] temporary, so it
+        # runs per request that sets it rather than over the whole batch at once.
+        for b, p in enumerate(params):
+            if p.repetition_penalty != 1.0:
+                row, mask = rows[b], seen[b]
+                penalised = torch.where(row > 0, row / p.repetition_penalty,
+                                        row * p.repetition_penalty)
+                row.copy_(torch.where(mask, penalised, row))
+        rows -= (frequency * counts)[:, None, :]
+        rows -= (presence * present)[:, None, :]
+        if paths is not None:
+            self._correct_path_tokens(rows, before, paths, counts, repetition, frequency,
+                                      presence)
         return out
+
+    @staticmethod
+    def _correct_path_tokens(
+        rows: torch.Tensor,
+        before: torch.Tensor,
+        paths: tuple[torch.Tensor, torch.Tensor],
+        counts: torch.Tensor,
+        repetition: torch.Tensor,
+        frequency: torch.Tensor,
+        presence: torch.Tensor,
+    ) -> None:
+        """Overwrite, in ``rows [B, N, V]``, the logits of the tokens on each node's path
+        (at most D per node) with their penalties counted over prefix and path: the only
+        entries of a node whose counts differ from the prefix's."""
+        ids, valid = paths  # [B, N, D]
+        same = (ids[..., :, None] == ids[..., None, :]) & valid[..., None, :]  # [B, N, D, D]
+        total = counts.gather(1, ids.flatten(1)).view_as(ids) + same.sum(-1)
+        scale = repetition[:, :, None]
+        value = torch.where(before > 0, before / scale, before * scale)  # seen: on the path
+        value = value - frequency[:, :, None] * total
+        value = value - presence[:, :, None]
+        # Slot 0 is the node itself, valid on every node but the root; the root's entry
+        # keeps the prefix's value. Unused slots repeat slot 0, so that duplicate indices
+        # of one scatter always write the same value.
+        first = torch.where(valid[..., :1], value[..., :1], rows.gather(2, ids[..., :1]))
+        value = torch.where(valid, value, first)
+        rows.scatter_(2, torch.where(valid, ids, ids[..., :1]), value)
 
     def _state(self, request: Request) -> _RequestState:
         """The request's state, its counts grown by the output ids it emitted since."""
@@ -144,25 +188,31 @@ class LogitsProcessing:
         return row.to(self.device)
 
 
-def path_token_counts(
+def tree_paths(
     tokens: torch.Tensor,
     retrieve_next_token: torch.Tensor,
     retrieve_next_sibling: torch.Tensor,
     vocab_size: int,
-) -> torch.Tensor:
-    """How often each token occurs among the drafted tokens from the root (excluded: it is
-    in the prefix already) down to each node (included), float32 ``[B, N, V]``, from a
-    verify tree's ``tokens`` and links ``[B, N]``."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The drafted tokens from each node (included) up to the root (excluded: its token is
+    in the prefix already) of a verify tree, from its ``tokens`` and links ``[B, N]``: ids
+    ``[B, N, D]`` (clamped into the vocabulary) and which of them are on the path, D the
+    tree's depth (at least 1)."""
     batch, nodes = tokens.shape
-    device = tokens.device
     parents = parents_from_links(retrieve_next_token, retrieve_next_sibling)  # [B, N]
-    node = torch.arange(nodes, device=device)
-    on_path = torch.zeros(batch, nodes, nodes, dtype=torch.bool, device=device)
-    current = node.expand(batch, nodes).contiguous()
-    for _ in range(nodes - 1):  # a path has at most N - 1 drafts; the walk ends at the root
-        on_path.scatter_(2, current[:, :, None], True)
+    node = torch.arange(nodes, device=tokens.device).expand(batch, nodes)
+    # depth by pointer jumping (log2 N gathers), so that the walk below takes D steps
+    depth, up = (node != 0).long(), parents
+    reach = 1
+    while reach < nodes:
+        depth = depth + depth.gather(1, up)
+        up = up.gather(1, up)
+        reach *= 2
+    steps = max(int(depth.max()), 1)
+    ids = tokens.long().clamp(0, vocab_size - 1)
+    current, out_ids, out_valid = node, [], []
+    for _ in range(steps):
+        out_ids.append(ids.gather(1, current))
+        out_valid.append(current != 0)
         current = parents.gather(1, current)
-    on_path[:, :, 0] = False  # the root's token is counted with the prefix
-    counts = torch.zeros(batch, nodes, vocab_size, device=device)
-    ids = tokens.long().clamp(0, vocab_size - 1)[:, None, :].expand(batch, nodes, nodes)
-    return counts.scatter_add_(2, ids, on_path.float())
+    return torch.stack(out_ids, -1), torch.stack(out_valid, -1)
