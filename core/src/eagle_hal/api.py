@@ -68,6 +68,9 @@ class LLM:
     ``model_kernels``: the kernels the models' layers run, ``None`` for the backend's
     (``Backend.model_kernels``); pass the backend's with a field replaced to compare
     variants (``dataclasses.replace(kernels, fused_linear=None)``).
+    ``enable_prefix_caching``: requests that start with the same tokens share the full KV
+    pages of that prefix and prefill only the rest (``engine.prefix_cache``); ``False``
+    computes every prompt from scratch.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class LLM:
         graphs: bool | str = "auto",
         draft_vocab: int | str = "auto",
         model_kernels: ModelKernels | None = None,
+        enable_prefix_caching: bool = True,
     ) -> None:
         from eagle_hal.model import draft_vocab as vocabulary
         from eagle_hal.model.hub import resolve_draft, resolve_target
@@ -139,7 +143,7 @@ class LLM:
             selected, target, head, tokenizer, spec, torch_dtype, drafter=drafter,
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed,
-            model_kernels=model_kernels,
+            model_kernels=model_kernels, enable_prefix_caching=enable_prefix_caching,
         )
         self.model_path = model
         self.draft_path = draft_path
@@ -164,6 +168,7 @@ class LLM:
         drafter: Drafter | None = None,
         min_admit: int = 1,
         model_kernels: ModelKernels | None = None,
+        enable_prefix_caching: bool = True,
     ) -> LLM:
         """An ``LLM`` over models already built (tests, the conformance suite, training).
         ``spec`` defaults to ``SpecConfig()`` (a chain of S = 5), the same on every backend,
@@ -181,6 +186,7 @@ class LLM:
             max_batch_size=max_batch_size, max_context=max_context,
             kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed, timed=timed,
             min_admit=min_admit, model_kernels=model_kernels,
+            enable_prefix_caching=enable_prefix_caching,
         )
         llm.model_path = None
         llm.draft_path = None
@@ -205,7 +211,9 @@ class LLM:
         drafter: Drafter | None = None,
         min_admit: int = 1,
         model_kernels: ModelKernels | None = None,
+        enable_prefix_caching: bool = True,
     ) -> None:
+        check_choice("enable_prefix_caching", enable_prefix_caching, (True, False))
         self.backend = backend
         self.target = target
         self.draft = draft
@@ -229,6 +237,8 @@ class LLM:
                              "branches; use a larger one or a smaller top-k")
         self.runner = ModelRunner(backend, target, draft, cache, dtype,
                                   model_kernels=model_kernels)
+        # full KV pages shared between requests with a common prefix (engine.prefix_cache)
+        self.runner.allocator.enable_prefix_cache(enable_prefix_caching)
         self.worker = EagleWorker(self.runner, backend.sampling_ops(), spec, seed=seed, timed=timed,
                                   drafter=drafter)
         self.scheduler = Scheduler(
@@ -370,12 +380,26 @@ class LLM:
     def leaked_pages(self) -> int:
         """KV pages held by no request once nothing runs (0 unless something leaked)."""
         table = self.runner.table
-        held = sum(len(table.pages(row)) for row in table.active_rows)
+        held = len({page for row in table.active_rows for page in table.pages(row)})
         return table.allocator.num_used_pages - held + len(table.leaked_pages())
 
     @property
     def used_pages(self) -> int:
+        """KV pages some request holds (pages only the prefix cache keeps are not used:
+        ``cached_pages``)."""
         return self.runner.table.allocator.num_used_pages
+
+    @property
+    def cached_pages(self) -> int:
+        """KV pages the prefix cache alone keeps for later hits (evicted as pages run out)."""
+        return self.runner.table.allocator.num_cached_free_pages
+
+    @property
+    def prefix_cache_stats(self) -> dict[str, float | int] | None:
+        """The prefix cache's counters (``PrefixCacheStats.as_dict``: lookups, tokens
+        looked up, cached tokens, hit rate, evictions); ``None`` with it off."""
+        cache = self.runner.table.prefix_cache
+        return cache.stats.as_dict() if cache is not None else None
 
 
 def _as_prompt_list(prompts: Any) -> list[Prompt]:

@@ -166,7 +166,8 @@ class CacheMachine(RuleBasedStateMachine):
         return True
 
     def write(self, row: int, start: int, end: int, tokens: list[int]) -> None:
-        """A forward writing positions [start, end) of ``row`` (tokens: the row's own)."""
+        """A forward writing positions [start, end) of ``row``; ``tokens`` reach at least
+        one past ``end - 1`` (the draft runs one token behind the target)."""
         slots = self.table.write_slots(row, start, end)
         for position, slot in zip(range(start, end), slots, strict=True):
             assert not self.shared(slot // self.size), "a write into a shared page"
@@ -201,8 +202,10 @@ class CacheMachine(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------
 
     @precondition(lambda self: self.table is not None and len(self.rows) < 4)
-    @rule(tokens=TOKENS, scope=st.sampled_from([None, "a"]), extra=st.integers(0, 2))
-    def admit(self, tokens: list[int], scope, extra: int) -> None:
+    @rule(tokens=TOKENS, root=st.integers(0, 2), scope=st.sampled_from([None, "a"]),
+          extra=st.integers(0, 2))
+    def admit(self, tokens: list[int], root: int, scope, extra: int) -> None:
+        """A prefill of context ``tokens``; ``root``: the token it samples."""
         table = self.table
         expected = []
         for i in range((len(tokens) - 1) // self.size):
@@ -228,15 +231,16 @@ class CacheMachine(RuleBasedStateMachine):
         self.hit_tokens += covered
         for position, slot in enumerate(table.slots(row, 0, covered)):
             assert self.kv[slot] == tuple(tokens[: position + 2]), "a hit on stale K/V"
-        self.rows[row] = (scope, list(tokens))
+        self.rows[row] = (scope, list(tokens) + [root])  # a row's tokens: its length + 1
         assert self.grow(row, len(tokens))
-        self.write(row, covered, len(tokens), tokens)  # the prefill over the suffix
+        self.write(row, covered, len(tokens), tokens + [root])  # the prefill over the suffix
 
     @precondition(lambda self: self.table is not None and self.rows)
     @rule(data=st.data(), new=TOKENS, rejected=st.integers(0, 3))
     def extend(self, data, new: list[int], rejected: int) -> None:
-        """A decode iteration: reserve the accepted tokens plus a rejected tail, write all
-        of them, truncate the tail away (rejection)."""
+        """A decode iteration: reserve the emitted tokens' positions plus a rejected tail,
+        write all of them, truncate the tail away (rejection). The row's pending token
+        takes the first new position; the last new token becomes the pending one."""
         row = data.draw(st.sampled_from(sorted(self.rows)))
         scope, tokens = self.rows[row]
         start = self.table.length(row)
@@ -244,7 +248,7 @@ class CacheMachine(RuleBasedStateMachine):
         if end + rejected > 60 or not self.grow(row, end + rejected):
             return
         tokens.extend(new)
-        self.write(row, start, end + rejected, tokens + [0] * rejected)
+        self.write(row, start, end + rejected, tokens + [0] * (rejected + 1))
         before = set(self.table.pages(row))
         self.table.truncate(row, end)
         for page in before - set(self.table.pages(row)):
@@ -256,7 +260,7 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(data=st.data(), lag=st.integers(0, 3))
     def publish_some(self, data, lag: int) -> None:
         row = data.draw(st.sampled_from(sorted(self.rows)))
-        self.publish(row, max(self.table.length(row) - lag, 0))
+        self.publish(row, max(self.table.length(row) - lag, 0))  # a draft lagging by lag
 
     @precondition(lambda self: self.table is not None and self.rows)
     @rule(data=st.data(), publish=st.booleans())

@@ -77,6 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-draft-tokens", type=POSITIVE, default=None,
                         help="verify tokens N for tree/adaptive (default: the backend's)")
     parser.add_argument("--no-graphs", action="store_true", help="run every forward eagerly")
+    parser.add_argument("--no-prefix-caching", action="store_true",
+                        help="compute every prompt from scratch (default: the prefix cache "
+                             "is on; each row reports its hits over the timed runs)")
     parser.add_argument("--no-split", action="store_true", help="skip the per-phase timing pass")
     parser.add_argument("--repeats", type=POSITIVE, default=3,
                         help="timed runs per mode and batch size; tokens/s is their median")
@@ -130,6 +133,7 @@ class _Measurement:
         self.kernels: list[str] = []
         self.ledger = StepLedger()  # the timed runs' time by step kind, batch and depth
         llm.engine.ledger = self.ledger
+        self.cache_before = llm.prefix_cache_stats  # the warm-up's lookups are not counted
 
     def run_once(self) -> float:
         """One timed generation of the prompts; returns its tokens/s. A run longer than
@@ -193,6 +197,9 @@ class _Measurement:
             # the timed runs' wall time, tokens and steps by step kind, batch-size bucket
             # and (decode) draft depth, summed over the runs (``engine.step_ledger``)
             "time_by_batch": self.ledger.summary(),
+            # the prefix cache over the timed runs: context tokens looked up, those served
+            # from cached pages (prefill skipped), their ratio; None with the cache off
+            "prefix_cache": _cache_delta(self.cache_before, llm.prefix_cache_stats),
         }
         snapshot = getattr(getattr(worker, "controller", None), "snapshot", None)
         if snapshot is not None:  # the adaptive mode: per bucket, the depth and its estimates
@@ -231,6 +238,16 @@ class _Measurement:
         return row
 
 
+def _cache_delta(before: dict[str, Any] | None, after: dict[str, Any] | None
+                 ) -> dict[str, Any] | None:
+    if before is None or after is None:
+        return None
+    looked = after["lookup_tokens"] - before["lookup_tokens"]
+    cached = after["cached_tokens"] - before["cached_tokens"]
+    return {"lookup_tokens": looked, "cached_tokens": cached,
+            "hit_rate": cached / looked if looked else 0.0}
+
+
 def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
              split: bool, repeats: int = 1) -> dict[str, Any]:
     """Warm ``llm`` up, then time ``repeats`` generations of ``prompts`` (one mode alone;
@@ -243,7 +260,8 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
 
 def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[list[int]],
               config: BenchConfig, *, max_context: int = 2048,
-              draft_dir: str | Path | None = None) -> list[dict[str, Any]]:
+              draft_dir: str | Path | None = None,
+              prefix_caching: bool = True) -> list[dict[str, Any]]:
     """Measure every (mode, batch size) of ``config`` over token-id ``prompts``; returns one
     row per pair, in order, with ``speedup`` over ``plain`` at the same batch size (when
     measured) and ``same_as_plain`` (token-for-token equality of the outputs). ``draft``
@@ -280,6 +298,7 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
             llm = LLM.from_models(
                 backend, target, head, spec=config.spec_for(mode), drafter=drafter,
                 max_batch_size=batch_size, max_context=max_context, seed=config.seed,
+                enable_prefix_caching=prefix_caching,
             )
             graphs = config.graphs and llm.runner.enable_graphs()
             measuring[mode] = _Measurement(llm, batch_prompts, params, batch_size)
@@ -358,10 +377,12 @@ def run(args: argparse.Namespace) -> int:
         if mode_spec(mode)[0] not in ("plain", "ngram"):
             restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode), llm.backend)
     rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
-                     max_context=args.max_context, draft_dir=llm.draft_path)
+                     max_context=args.max_context, draft_dir=llm.draft_path,
+                     prefix_caching=not args.no_prefix_caching)
     report: dict[str, Any] = {
         "config": {**dataclasses.asdict(config), "dataset": args.dataset,
                    "num_prompts": len(prompts), "model": str(args.model or "default"),
+                   "prefix_caching": not args.no_prefix_caching,
                    "draft": str(llm.draft_path) if llm.draft is not None else None,
                    "backend": llm.backend.name, "device": str(llm.backend.torch_device),
                    "dtype": str(llm.dtype), "torch": torch.__version__,

@@ -68,6 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--no-graphs", action="store_true",
                        help="run every forward eagerly (default: device graphs where the "
                             "backend has them)")
+    where.add_argument("--no-prefix-caching", action="store_true",
+                       help="compute every prompt from scratch (default: prompts that start "
+                            "alike share the KV pages of the common prefix)")
     where.add_argument("--tp", type=POSITIVE, default=1,
                        help="tensor-parallel processes (one per device)")
     what = parser.add_argument_group("models")
@@ -162,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
         spec=_spec(args, backend),
         dtype=args.dtype, max_batch_size=args.max_batch_size, max_context=args.max_context,
         seed=args.seed, progress=not args.json, graphs=not args.no_graphs and "auto",
-        draft_vocab=args.draft_vocab,
+        draft_vocab=args.draft_vocab, enable_prefix_caching=not args.no_prefix_caching,
     )
     if not args.json:
         head = describe_draft(llm)
@@ -178,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         plain = LLM.from_models(
             llm.backend, llm.target, None, llm.tokenizer, llm.spec,
             max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
+            enable_prefix_caching=not args.no_prefix_caching,
         )
         if llm.graphs:  # like for like: graphs on both sides or on neither
             plain.runner.enable_graphs()
@@ -258,6 +262,8 @@ def _report(llm: Any, spec_run: dict[str, Any], plain_run: dict[str, Any] | None
     if drafter is not None:
         report["stats"]["draft"] = f"ngram:{drafter.max_ngram},{drafter.topk}"
     report["stats"]["draft_vocab_size"] = llm.draft_vocab_size
+    # lookups, tokens looked up, cached tokens (the prefill skipped them), hit rate; None off
+    report["stats"]["prefix_cache"] = llm.prefix_cache_stats
     if plain_run is not None:
         report["plain"] = _stats(llm, plain_run)
         report["plain"]["same_tokens"] = [
@@ -335,6 +341,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     llm = LLM.from_models(
         backend, target, head, tokenizer, spec, drafter=drafter,
         max_batch_size=args.max_batch_size, max_context=args.max_context, seed=args.seed,
+        enable_prefix_caching=not args.no_prefix_caching,
     )
     llm.draft_path = draft_path
     if verbose:

@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the engine's seed for requests that give none")
     engine.add_argument("--max-waiting", type=COUNT, default=256,
                         help="requests that may wait beyond the batch; past them, 429")
+    engine.add_argument("--no-prefix-caching", action="store_true",
+                        help="compute every prompt from scratch (default: requests of one "
+                             "API key that start alike share the KV pages of the common "
+                             "prefix)")
     http = parser.add_argument_group("http")
     http.add_argument("--host", default="127.0.0.1",
                       help="address to bind (default: loopback only)")
@@ -159,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         max_batch_size=args.max_batch_size, max_context=args.max_context,
         kv_cache_tokens=args.kv_cache_tokens, seed=args.seed,
         graphs=not args.no_graphs and "auto", draft_vocab=args.draft_vocab,
+        enable_prefix_caching=not args.no_prefix_caching,
     )
     server = Server(create_app(llm, config), host=args.host, port=args.port,
                     log_level=args.log_level, access_log=args.log_level in ("info", "debug"))

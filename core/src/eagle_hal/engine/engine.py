@@ -84,9 +84,12 @@ class Engine:
 
     # -- requests --------------------------------------------------------------------------
 
-    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams) -> Request:
+    def add_request(self, prompt_ids: Sequence[int], params: SamplingParams, *,
+                    cache_scope: str | bytes | None = None) -> Request:
         """Queue a request. An empty prompt raises ``ValueError``; one that cannot fit the
-        context is finished at once with an error (``output.error`` says why)."""
+        context is finished at once with an error (``output.error`` says why).
+        ``cache_scope``: the prefix cache's scope for it (``None``: the shared one);
+        requests of different scopes never share KV pages."""
         if not prompt_ids:
             raise ValueError("a prompt must contain at least one token")
         request = Request(
@@ -96,7 +99,7 @@ class Engine:
             eos_token_ids=self.eos_token_ids,
         )
         self._requests[request.request_id] = request
-        self.scheduler.add(request)
+        self.scheduler.add(request, cache_scope)
         return request
 
     def cancel(self, request_id: int) -> None:

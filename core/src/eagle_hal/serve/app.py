@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from eagle_hal.serve.auth import authorized
+from eagle_hal.serve.auth import authorized, cache_scope
 from eagle_hal.serve.config import ServeConfig
 from eagle_hal.serve.engine_loop import EngineLoop, Event, Job, Overloaded, ShuttingDown
 from eagle_hal.serve.errors import APIError, bad_request, error_body
@@ -153,8 +153,9 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
                                max_context=max_context, limits=config.limits)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         running = asyncio.get_running_loop()
+        scope = cache_scope(request.headers.get("authorization"), config.api_key)
         jobs = [Job(parsed.prompts[c.prompt_index], c.params, queue, running, tag=c,
-                    received=received) for c in parsed.choices]
+                    received=received, cache_scope=scope) for c in parsed.choices]
         try:
             loop.submit(jobs)
         except Overloaded as full:

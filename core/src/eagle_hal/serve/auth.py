@@ -9,6 +9,7 @@ differ (``hmac.compare_digest``), so a client cannot find the key byte by byte b
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from pathlib import Path
 from eagle_hal import settings
 from eagle_hal.errors import InvalidArgument
 
-__all__ = ["API_KEY_SETTING", "authorized", "is_loopback", "load_api_key"]
+__all__ = ["API_KEY_SETTING", "authorized", "cache_scope", "is_loopback", "load_api_key"]
 
 API_KEY_SETTING = "EAGLE_HAL_API_KEY"
 
@@ -50,6 +51,17 @@ def authorized(header: str | None, key: str) -> bool:
     if scheme.lower() != "bearer":
         return False
     return hmac.compare_digest(token.strip().encode(), key.encode())
+
+
+def cache_scope(header: str | None, key: str | None) -> str:
+    """The prefix-cache scope of an (authorized) request: a hash of its bearer token, or
+    one fixed scope without authentication. Requests of different scopes never share KV
+    pages: a hit shortens the time to first token, which would tell one client what
+    prefixes another sent."""
+    if key is None:
+        return "unauthenticated"
+    token = (header or "").partition(" ")[2].strip()
+    return "key:" + hashlib.sha256(token.encode()).hexdigest()
 
 
 def is_loopback(host: str) -> bool:

@@ -83,6 +83,7 @@ class Job:
     request: Request | None = None  # the engine's, set on the engine thread
     last_token_time: float | None = None
     done: bool = False  # set on the event loop when its final event arrives
+    cache_scope: str | None = None  # the prefix cache's scope (serve.auth.cache_scope)
 
 
 class EngineLoop:
@@ -205,7 +206,8 @@ class EngineLoop:
                         events.append(Event(job, error="the server is shutting down"))
                         continue
                     try:
-                        job.request = engine.add_request(job.prompt_ids, job.params)
+                        job.request = engine.add_request(job.prompt_ids, job.params,
+                                                         cache_scope=job.cache_scope)
                     except ValueError as refused:  # parsing checks first; a last guard
                         events.append(Event(job, error=str(refused)))
                         continue

@@ -21,7 +21,13 @@ renders them. Names (all prefixed ``eagle_hal_``):
 ``requests_running``                   gauge     requests in the batch
 ``requests_waiting``                   gauge     requests admitted and waiting for the batch
 ``requests_outstanding``               gauge     requests submitted and not finished
-``kv_pages_used`` / ``kv_pages_free``  gauge     KV cache pages
+``kv_pages_used`` / ``kv_pages_free``  gauge     KV cache pages (free: what allocations may
+                                                 take, cached-free pages included)
+``kv_pages_cached``                    gauge     pages only the prefix cache holds
+``prefix_cache_lookup_tokens_total``   counter   context tokens admissions looked up
+``prefix_cache_hit_tokens_total``      counter   of them, served from cached KV pages (the
+                                                 prefill skipped them)
+``prefix_cache_hit_rate``              gauge     hit tokens / lookup tokens so far
 =====================================  ========= =============================================
 """
 
@@ -69,6 +75,15 @@ class ServerMetrics:
                                           "and not finished", registry=r)
         self.pages_used = Gauge(f"{p}kv_pages_used", "KV cache pages in use", registry=r)
         self.pages_free = Gauge(f"{p}kv_pages_free", "KV cache pages free", registry=r)
+        self.pages_cached = Gauge(f"{p}kv_pages_cached", "KV cache pages only the prefix "
+                                  "cache holds", registry=r)
+        self.lookup_tokens = Counter(f"{p}prefix_cache_lookup_tokens", "Context tokens "
+                                     "looked up in the prefix cache", registry=r)
+        self.hit_tokens = Counter(f"{p}prefix_cache_hit_tokens", "Context tokens served "
+                                  "from cached KV pages", registry=r)
+        self.hit_rate = Gauge(f"{p}prefix_cache_hit_rate", "Prefix cache hit tokens / "
+                              "lookup tokens", registry=r)
+        self._seen = (0, 0)  # the cache's totals at the last update
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -106,3 +121,12 @@ class ServerMetrics:
         self.waiting.set(len(scheduler.waiting))
         self.pages_used.set(allocator.num_used_pages)
         self.pages_free.set(allocator.num_free_pages)
+        self.pages_cached.set(allocator.num_cached_free_pages)
+        cache = allocator.prefix_cache
+        if cache is not None:
+            stats = cache.stats
+            looked, hit = self._seen
+            self.lookup_tokens.inc(stats.lookup_tokens - looked)
+            self.hit_tokens.inc(stats.hit_tokens - hit)
+            self._seen = (stats.lookup_tokens, stats.hit_tokens)
+            self.hit_rate.set(stats.hit_rate)

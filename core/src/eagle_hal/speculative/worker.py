@@ -190,11 +190,22 @@ class EagleWorker:
         return self.spec.num_steps
 
     def release(self, request: Request) -> None:
+        if request.table_row is not None and self.runner.table.prefix_cache is not None:
+            self._publish(request)
         self.context.draft.forget(request)
         self.context.sampling.forget()
         self.context.processing.forget(request)
         if self.context.drafter is not None:
             self.context.drafter.release(request.request_id)
+
+    def _publish(self, request: Request) -> None:
+        """Publish the full pages of a request's generated text too (a later turn of a
+        conversation starts with it): positions whose K/V are final in both models and
+        hold its tokens. Past ``len(all_ids) - 1`` lie K/V of accepted tokens the stop cut
+        off; a draft that idled (S = 0) holds its own K/V only up to where it lags from."""
+        lag = self.context.draft.pending.lag(request.request_id)  # 0 without a draft
+        valid = min(request.cached_len - lag, request.num_tokens - 1)
+        self.runner.table.cache_prefix(table_row(request), request.all_ids, valid)
 
     def drain(self) -> list[tuple[Request, list[int]]]:
         """Read back the iteration in flight without launching another: the requests it
@@ -228,16 +239,21 @@ class EagleWorker:
         contexts = [Scheduler.context_ids(r) for r in requests]
         lengths = [len(c) for c in contexts]
         table_rows = [table_row(r) for r in requests]
+        # a row admitted on a prefix-cache hit starts with the cached pages: the target and
+        # the draft run only over the rest (at least the last token, whose logits and
+        # hidden state start the generation)
+        prefixes = [runner.table.length(row) for row in table_rows]
+        suffixes = [n - p for n, p in zip(lengths, prefixes, strict=True)]
         for row, length in zip(table_rows, lengths, strict=True):
             runner.table.reserve(row, length)
         runner.sync_table()
         batch = runner.causal_batch(
-            ForwardMode.EXTEND, [t for c in contexts for t in c], table_rows,
-            [0] * len(table_rows), lengths,
+            ForwardMode.EXTEND, [t for c, p in zip(contexts, prefixes, strict=True)
+                                 for t in c[p:]], table_rows, prefixes, suffixes,
         )
         out = runner.run_target(batch, context.aux_layers)
         last, lengths_device, counters = runner.upload(
-            [end - 1 for end in _cumsum(lengths)], lengths, [2 * n + 1 for n in lengths]
+            [end - 1 for end in _cumsum(suffixes)], lengths, [2 * n + 1 for n in lengths]
         )  # [B] each: last prompt token, prompt lengths, sampling counters
         logits = runner.target.compute_logits(out.hidden_states[last])[:, None, :]  # [B, 1, V]
         fresh = [not r.output_ids for r in requests]
@@ -254,14 +270,17 @@ class EagleWorker:
         if self.has_draft:
             for request in requests:  # a resumed request's draft starts over with its KV
                 context.draft.pending.drop(request.request_id)
-            draft_ids = [t for c, root in zip(contexts, roots, strict=True)
-                         for t in c[1:] + [root]]
+            draft_ids = [t for c, p, root in zip(contexts, prefixes, roots, strict=True)
+                         for t in c[p + 1:] + [root]]
             features = runner.draft.project_target_features(out)  # [T, H]
             # as the target's prefill, no graph per prompt length (one would be captured
             # for nearly every request and replayed almost never): a token bucket's graph
             # (GraphRunner.prefill_bucket), else eager
-            context.draft.extend(requests, draft_ids, features, [0] * len(table_rows), lengths,
+            context.draft.extend(requests, draft_ids, features, prefixes, suffixes,
                                  prefill=True)
+        for row, c, root, length in zip(table_rows, contexts, roots, lengths, strict=True):
+            # both models' K/V below the context's end are final: publish its full pages
+            runner.table.cache_prefix(row, c + [root], length)
         return [[root] if f else [] for root, f in zip(roots, fresh, strict=True)]
 
     @torch.inference_mode()
