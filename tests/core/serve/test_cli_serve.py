@@ -1,7 +1,8 @@
 """``eagle-hal serve`` as a user runs it: flags refused before anything loads (exit status
 2, one line), and the real command in a subprocess on a tiny model directory, answering the
 ``openai`` client with the key from the environment, then shutting down on SIGTERM while a
-stream runs: the stream finishes, the process exits 0."""
+stream runs: new requests and ``/health`` get 503 while it drains, the stream finishes, the
+process exits 0."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
+import httpx
 import openai
 import pytest
 from eagle_hal.cli import main
@@ -98,12 +101,22 @@ def test_serve_answers_with_the_key_and_shuts_down_on_sigterm(model_dir, tmp_pat
         assert [m.id for m in client.models.list().data] == [MODEL]
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=f"{url}/v1", api_key="nope", max_retries=0).models.list()
-        stream = client.completions.create(model=MODEL, prompt="the cat", max_tokens=60,
+        # long enough to still run while the checks below ask
+        stream = client.completions.create(model=MODEL, prompt="the cat", max_tokens=480,
                                            temperature=0, stream=True,
                                            extra_body={"ignore_eos": True})
         chunks = iter(stream)
         first = next(chunks)
         process.send_signal(signal.SIGTERM)  # graceful: the running stream still finishes
+        # while it drains, the server still listens and answers 503: /health (once the
+        # signal has arrived), then a new request
+        while (health := httpx.get(f"{url}/health", timeout=30)).status_code == 200:
+            time.sleep(0.02)
+        assert health.status_code == 503
+        assert health.json()["error"]["code"] == "shutting_down"
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.completions.create(model=MODEL, prompt="the cat", max_tokens=4)
+        assert refused.value.status_code == 503
         rest = list(chunks)
         assert (rest or [first])[-1].choices[0].finish_reason == "length"
         assert process.wait(timeout=60) == 0

@@ -476,12 +476,14 @@ def test_shutdown_past_the_grace_ends_running_requests_with_an_error(cpu_backend
         assert llm.used_pages == 0 and llm.leaked_pages == 0
 
 
-def test_an_engine_failure_answers_500_and_health_503(cpu_backend, models, byte_tokenizer):
+def broken_step():
+    raise RuntimeError("device lost")
+
+
+def test_an_engine_failure_answers_500_and_stops_the_server(cpu_backend, models,
+                                                           byte_tokenizer):
+    """The failure is permanent: the server stops (a supervisor restarts the process)."""
     llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
-
-    def broken_step():
-        raise RuntimeError("device lost")
-
     with start_server(llm) as running:
         llm.engine.step = broken_step
         with pytest.raises(openai.InternalServerError) as caught:
@@ -489,8 +491,70 @@ def test_an_engine_failure_answers_500_and_health_503(cpu_backend, models, byte_
         error = api_error(caught.value)
         assert caught.value.status_code == 500 and "device lost" in error["message"]
         assert error["type"] == "server_error"
-        health = httpx.get(f"{running.url}/health")
+        running.server.join(timeout_s=30)
+        assert not running.server.serving
+
+
+def test_after_an_engine_failure_requests_and_health_get_503_engine_failed(
+        cpu_backend, models, byte_tokenizer):
+    """What clients see until the server has stopped (the app without uvicorn, which
+    would stop listening)."""
+    from eagle_hal.serve import ServeConfig, create_app
+    from starlette.testclient import TestClient
+
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
+    with TestClient(create_app(llm, ServeConfig(model_names=(MODEL,)))) as client:
+        llm.engine.step = broken_step
+        body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4}
+        assert client.post("/v1/completions", json=body).status_code == 500
+        later = client.post("/v1/completions", json=body)
+        assert later.status_code == 503 and error_of(later)["code"] == "engine_failed"
+        health = client.get("/health")
         assert health.status_code == 503 and error_of(health)["code"] == "engine_failed"
-        with pytest.raises(openai.APIStatusError) as caught:  # and it takes no more
-            running.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
-        assert caught.value.status_code == 503
+
+
+def test_a_bias_outside_the_vocabulary_is_refused_at_admission(cpu_backend, models,
+                                                              byte_tokenizer):
+    """Engine.add_request refuses it (the engine loop answers that one request); inside a
+    step it would fail the whole batch."""
+    from eagle_hal.errors import InvalidArgument
+
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
+    vocab = models[0].config.vocab_size
+    with pytest.raises(InvalidArgument) as caught:
+        llm.engine.add_request([1, 2, 3], SamplingParams(logit_bias={vocab: 1.0}))
+    assert caught.value.name == "logit_bias"
+    assert not llm.engine.has_unfinished()
+    assert llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2))[0].token_ids
+
+
+def test_a_submission_racing_the_engine_failure_is_refused(cpu_backend, models,
+                                                           byte_tokenizer):
+    """A submission that passed the liveness check just as the engine thread failed (and
+    stopped reading commands) is refused, never left waiting for ever."""
+    import asyncio
+
+    from eagle_hal.serve.engine_loop import EngineLoop, Job, ShuttingDown
+
+    class Stale(EngineLoop):
+        alive = True  # as read just before the engine thread failed
+
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
+    llm.engine.step = broken_step
+    loop = Stale(llm)
+    loop.start()
+
+    async def scenario():
+        queue = asyncio.Queue()
+        running = asyncio.get_running_loop()
+        first = Job([1, 2, 3], SamplingParams(max_tokens=2), queue, running)
+        loop.submit([first])
+        assert (await asyncio.wait_for(queue.get(), 30)).error  # the failure ends it
+        loop.stop(timeout_s=30)  # the engine thread has ended
+        loop.shutting_down = False  # the check ran before the failure was recorded
+        late = Job([1, 2, 3], SamplingParams(max_tokens=2), queue, running)
+        with pytest.raises(ShuttingDown):
+            loop.submit([late])
+        assert loop.outstanding == 0
+
+    asyncio.run(scenario())

@@ -24,6 +24,7 @@ from eagle_hal.engine.request import (
 from eagle_hal.engine.scheduler import DecodeWork, PrefillWork, Scheduler
 from eagle_hal.engine.step_ledger import StepLedger
 from eagle_hal.engine.stopping import Detokenizer, append_tokens, finish_text, safe_stream_text
+from eagle_hal.errors import InvalidArgument
 
 __all__ = ["Engine", "StepResult", "Worker"]
 
@@ -92,6 +93,11 @@ class Engine:
         requests of different scopes never share KV pages."""
         if not prompt_ids:
             raise ValueError("a prompt must contain at least one token")
+        # refused here, not inside step(), where it would fail the whole batch
+        vocab = getattr(getattr(self.worker, "context", None), "vocab_size", None)
+        if vocab is not None and any(t >= vocab for t in params.logit_bias or ()):
+            raise InvalidArgument("logit_bias", params.logit_bias,
+                                  f"token ids below the vocabulary size {vocab}")
         request = Request(
             request_id=next(self._ids),
             prompt_ids=list(prompt_ids),

@@ -162,7 +162,8 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
             raise APIError(429, str(full), code="too_many_requests",
                            headers={"Retry-After": "1"}) from None
         except ShuttingDown as down:
-            raise APIError(503, str(down), code="shutting_down") from None
+            raise APIError(503, str(down), code="shutting_down" if loop.failure is None
+                           else "engine_failed") from None
         if parsed.stream:
             return StreamingResponse(
                 _stream(parsed, jobs, queue, loop, llm.tokenizer),

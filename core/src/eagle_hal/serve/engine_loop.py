@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -43,6 +45,8 @@ from eagle_hal.engine.request import (
 )
 
 __all__ = ["EngineLoop", "Event", "Job", "Overloaded", "ShuttingDown"]
+
+_log = logging.getLogger(__name__)
 
 
 class Overloaded(Exception):
@@ -105,6 +109,9 @@ class EngineLoop:
         self.outstanding = 0  # jobs submitted and not finished; the event loop's
         self.shutting_down = False
         self.failure: BaseException | None = None
+        # set under ``_wake`` once the engine thread reads no more commands: a submission
+        # that passed the ``alive`` check as the thread ended is refused, not left unread
+        self._closed = False
 
     # -- lifecycle (any thread) -------------------------------------------------------------
 
@@ -141,28 +148,34 @@ class EngineLoop:
         """Queue ``jobs`` (all or none); ``Overloaded`` / ``ShuttingDown`` when refused.
         Called on the event loop."""
         if self.shutting_down or not self.alive:
-            raise ShuttingDown("the server is shutting down" if self.failure is None
-                               else f"the engine failed: {self.failure}")
+            raise ShuttingDown(self._refusal())
         if self.outstanding + len(jobs) > self.max_batch_size + self.max_waiting:
             raise Overloaded(
                 f"{self.outstanding} requests are running or waiting; at most "
                 f"{self.max_batch_size} run and {self.max_waiting} wait (--max-waiting)")
+        self._command("submit", list(jobs))
         self.outstanding += len(jobs)
         if self.metrics is not None:
             self.metrics.outstanding(self.outstanding)
-        self._command("submit", list(jobs))
 
     def cancel(self, jobs: Sequence[Job]) -> None:
         """Cancel those of ``jobs`` not finished yet (the client went away). Called on the
         event loop; applied by the engine thread between steps."""
         pending = [job for job in jobs if not job.done]
         if pending:
-            self._command("cancel", pending)
+            with contextlib.suppress(ShuttingDown):  # closed: every job has its end already
+                self._command("cancel", pending)
 
     def _command(self, kind: str, jobs: list[Job]) -> None:
         with self._wake:
+            if self._closed:
+                raise ShuttingDown(self._refusal())
             self._commands.append((kind, jobs))
             self._wake.notify()
+
+    def _refusal(self) -> str:
+        return ("the server is shutting down" if self.failure is None
+                else f"the engine failed: {self.failure}")
 
     def _delivered(self, events: list[Event]) -> None:
         """On the event loop: hand each event to its job's queue."""
@@ -183,6 +196,7 @@ class EngineLoop:
             while self._iterate():
                 pass
         except BaseException as error:  # noqa: BLE001 - every request must learn of it
+            _log.exception("the engine failed; every request ends with an error")
             self.failure = error
             self.shutting_down = True
             self._fail_all(f"the engine failed: {type(error).__name__}: {error}")
@@ -285,6 +299,7 @@ class EngineLoop:
             events.append(Event(job, error=message))
         self._jobs.clear()
         with self._wake:
+            self._closed = True
             for kind, jobs in self._commands:
                 if kind == "submit":
                     events += [Event(job, error=message) for job in jobs]
