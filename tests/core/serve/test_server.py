@@ -15,7 +15,6 @@ import openai
 import pytest
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.serve.limits import RequestLimits
-from eagle_hal.serve.sampling import sampling_fields
 from serving import MODEL, make_llm, start_server
 
 PROMPT = "the cat sat on the mat"
@@ -32,13 +31,11 @@ def server(cpu_backend, models, byte_tokenizer):
 
 
 def solo(llm):
-    """``llm``'s output for one prompt alone (``max_tokens`` by the name SamplingParams
-    has)."""
-    budget = "max_tokens" if "max_tokens" in sampling_fields() else "max_new_tokens"
+    """``llm``'s output for one prompt alone."""
 
     def generate(prompt, *, chat=False, max_tokens=24, **params):
-        params[budget] = max_tokens
-        return llm.generate([prompt], SamplingParams(**params), chat=chat)[0]
+        return llm.generate([prompt], SamplingParams(max_tokens=max_tokens, **params),
+                            chat=chat)[0]
 
     return generate
 
@@ -295,26 +292,22 @@ def test_caps_and_bad_values_are_400_naming_the_field(server, fields, param):
     assert error["param"] == param and error["type"] == "invalid_request_error"
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("presence_penalty", 0.5), ("frequency_penalty", 0.5), ("repetition_penalty", 1.2),
-    ("min_p", 0.1),
-])
-def test_sampling_fields_the_engine_lacks_are_unsupported(server, oracle, name, value):
-    """A field SamplingParams has is applied; one it lacks is a 400 naming it. The neutral
-    value is accepted either way."""
-    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0, name: value}
-    response = post(server, "/v1/completions", json.dumps(body))
-    if name in sampling_fields():
-        assert response.status_code == 200, response.text
-    else:
-        assert response.status_code == 400
-        error = error_of(response)
-        assert error["code"] == "unsupported_parameter" and error["param"] == name
+def test_neutral_sampling_values_change_nothing(server, oracle):
+    """A penalty of 0 (repetition 1), min_p 0 and an empty logit_bias sample what a body
+    without them samples."""
     neutral = {"presence_penalty": 0, "frequency_penalty": 0, "repetition_penalty": 1,
-               "min_p": 0}[name]
-    response = post(server, "/v1/completions", json.dumps({**body, name: neutral}))
-    assert response.status_code == 200
+               "min_p": 0, "logit_bias": {}}
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4, "temperature": 0, **neutral}
+    response = post(server, "/v1/completions", json.dumps(body))
+    assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["text"] == oracle(PROMPT, max_tokens=4).text
+
+
+def test_stream_options_need_stream(server):
+    body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4,
+            "stream_options": {"include_usage": True}}
+    response = post(server, "/v1/completions", json.dumps(body))
+    assert response.status_code == 400 and error_of(response)["param"] == "stream_options"
 
 
 def test_penalties_and_bias_reach_the_engine(server, sampled_oracle):

@@ -132,7 +132,10 @@ def parse_request(
     stream = body.get("stream") or False
     if not isinstance(stream, bool):
         raise bad_request("stream", f"stream={stream!r} is not valid: expected a boolean")
-    options = body.get("stream_options") or {}
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise bad_request("stream_options", "stream_options needs stream: true")
+    options = options or {}
     if not isinstance(options, dict):
         raise bad_request("stream_options", "stream_options must be an object")
     include_usage = bool(options.get("include_usage", False))
@@ -141,25 +144,30 @@ def parse_request(
         raise bad_request("n", f"{len(prompts)} prompts x n={n} choices; at most "
                           f"{limits.max_n} choices a request are allowed", code="too_many_choices")
     seeds = choice_seeds(body.get("seed"), n * len(prompts))
+    logprobs = logprob_request(body, chat=chat, limits=limits)
+    # the body is mapped once per token budget; the choices differ only by their seeds
+    mapped: dict[int, SamplingParams] = {}
     choices = []
     for p, ids in enumerate(prompts):
         budget = _max_tokens(body, chat, len(ids), max_context, limits)
+        if budget not in mapped:
+            mapped[budget] = to_sampling_params(body, chat=chat, max_tokens=budget, seed=None,
+                                                limits=limits, logprobs=logprobs)
+            _check_vocabulary(mapped[budget], llm.vocab_size)
         for i in range(n):
             index = p * n + i
-            params = to_sampling_params(body, chat=chat, max_tokens=budget, seed=seeds[index],
-                                        limits=limits)
-            _check_vocabulary(params, llm.vocab_size)
+            params = dataclasses.replace(mapped[budget], seed=seeds[index])
             choices.append(ChoiceSpec(index, p, params))
     token_ids = body.get("return_token_ids") or False
     if not isinstance(token_ids, bool):
         raise bad_request("return_token_ids", "return_token_ids must be a boolean")
-    return ParsedRequest(chat, model, prompts, choices, stream, include_usage,
-                         logprob_request(body, chat=chat, limits=limits), token_ids)
+    return ParsedRequest(chat, model, prompts, choices, stream, include_usage, logprobs,
+                         token_ids)
 
 
 def _check_vocabulary(params: SamplingParams, vocab: int) -> None:
     """Token ids the model does not have, refused as ``LLM.generate`` refuses them."""
-    bias = getattr(params, "logit_bias", None) or {}
+    bias = params.logit_bias or {}
     if any(not 0 <= t < vocab for t in bias):
         raise bad_request("logit_bias", f"logit_bias names token ids outside the model's "
                           f"vocabulary [0, {vocab})")
@@ -392,37 +400,15 @@ def completion_chunk(request: ParsedRequest, response_id: str, created: int, *,
 
 
 def token_logprobs(source: Any) -> list[tuple[int, float, list[tuple[int, float]]]] | None:
-    """The log probabilities an engine output or delta carries, as (token id, log
+    """The log probabilities an engine output or delta carries (``source.logprobs``, one
+    ``engine.request.TokenLogprobs`` per token of ``source.token_ids``), as (token id, log
     probability, [(alternative id, log probability), ...]) per token; ``None`` when it
-    carries none. Reads ``source.logprobs``: per token an ``engine.request.TokenLogprobs``
-    (``logprob``, ``top`` pairs), a number, or a mapping or object with ``logprob`` and
-    ``top_logprobs``, the alternatives pairs or a mapping id to log probability."""
-    entries = getattr(source, "logprobs", None)
+    carries none."""
+    entries = source.logprobs
     if entries is None:
         return None
-    ids = list(getattr(source, "token_ids", ()) or ())
-    out = []
-    for position, entry in enumerate(entries):
-        token = ids[position] if position < len(ids) else None
-        top: Any = ()
-        if isinstance(entry, int | float):
-            logprob = float(entry)
-        else:
-            get = entry.get if isinstance(entry, Mapping) else (
-                lambda key, e=entry: getattr(e, key, None))
-            logprob = float(get("logprob"))
-            token = get("token_id") if get("token_id") is not None else token
-            top = get("top") or get("top_logprobs") or ()
-        if isinstance(top, Mapping):
-            top = list(top.items())
-        alternatives = []
-        for item in top:
-            if isinstance(item, tuple | list):
-                alternatives.append((int(item[0]), float(item[1])))
-            else:
-                alternatives.append((int(item.token_id), float(item.logprob)))
-        out.append((int(token) if token is not None else -1, logprob, alternatives))
-    return out
+    return [(int(token), float(entry.logprob), [(int(t), float(lp)) for t, lp in entry.top])
+            for token, entry in zip(source.token_ids, entries, strict=False)]
 
 
 def logprobs_object(entries: list[tuple[int, float, list[tuple[int, float]]]] | None,

@@ -1,11 +1,5 @@
-"""One OpenAI request body onto ``SamplingParams``.
-
-The fields map by name. Those ``SamplingParams`` has today map directly; the rest
-(``min_p``, the penalties, ``logit_bias``, ``logprobs``, ``skip_special_tokens``) are looked
-up among its dataclass fields when a request is mapped, so that each starts working as
-soon as ``SamplingParams`` gains it. Until then a request that sets one to anything but its
-neutral value (the value that changes nothing: a penalty of 0, ``logit_bias`` empty) gets a
-400 with code ``unsupported_parameter`` naming the field.
+"""One OpenAI request body onto ``SamplingParams``: each request field lands in the field
+of its name.
 
 OpenAI's defaults apply where they differ from the library's: ``temperature`` 1.0, and
 ``max_tokens`` 16 for a completion (a chat completion without one runs until EOS, a stop,
@@ -21,7 +15,7 @@ from typing import Any
 
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.errors import InvalidArgument
-from eagle_hal.serve.errors import bad_request, from_invalid_argument, unsupported_parameter
+from eagle_hal.serve.errors import bad_request, from_invalid_argument
 from eagle_hal.serve.limits import RequestLimits
 from eagle_hal.validation import MAX_COUNT, check_int
 
@@ -29,26 +23,14 @@ __all__ = [
     "LogprobRequest",
     "choice_seeds",
     "logprob_request",
-    "sampling_fields",
     "to_sampling_params",
 ]
 
 SEED_MODULUS = 2**63  # SamplingParams takes seeds in [0, 2**63 - 1]
 
-# request field -> its neutral value, for the fields SamplingParams may not have yet
-_NEUTRAL: dict[str, Any] = {
-    "min_p": 0.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-    "repetition_penalty": 1.0,
-    "logit_bias": None,
-    "skip_special_tokens": False,
-}
-
-
-def sampling_fields() -> frozenset[str]:
-    """The names of ``SamplingParams``' fields, read now (the class may grow)."""
-    return frozenset(f.name for f in dataclasses.fields(SamplingParams))
+# request fields that map onto the SamplingParams field of their name, when given
+_DIRECT = ("min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+           "skip_special_tokens")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -66,11 +48,12 @@ def to_sampling_params(
     max_tokens: int,
     seed: int | None,
     limits: RequestLimits,
+    logprobs: LogprobRequest | None = None,
 ) -> SamplingParams:
     """``SamplingParams`` for one choice of the request ``body``. ``max_tokens``: the token
     budget already checked against the context (``protocol``); ``seed``: this choice's
-    (derived from the request's for ``n`` > 1). Raises ``serve.errors.APIError`` (400)."""
-    fields = sampling_fields()
+    (derived from the request's for ``n`` > 1); ``logprobs``: the request's
+    (``logprob_request``). Raises ``serve.errors.APIError`` (400)."""
     kwargs: dict[str, Any] = {
         "temperature": _value(body, "temperature", 1.0),
         "top_p": _value(body, "top_p", 1.0),
@@ -78,26 +61,17 @@ def to_sampling_params(
         "ignore_eos": _value(body, "ignore_eos", False),
         "stop": _stops(body, limits),
         "stop_token_ids": _int_list(body, "stop_token_ids"),
+        "max_tokens": max_tokens,
     }
     top_k = _value(body, "top_k", 0)
     kwargs["top_k"] = 0 if top_k == -1 else top_k  # vLLM's -1: no cut
-    kwargs["max_tokens" if "max_tokens" in fields else "max_new_tokens"] = max_tokens
-    for name, neutral in _NEUTRAL.items():
-        value = body.get(name)
-        if name == "logit_bias" and value is not None:
-            value = _logit_bias(value, limits)
-        if name in fields:
-            if value is not None:
-                kwargs[name] = value
-        elif value is not None and value != neutral and not (name == "logit_bias" and not value):
-            raise unsupported_parameter(name, "this version of eagle-hal cannot apply it")
-    logprobs = logprob_request(body, chat=chat, limits=limits)
+    for name in _DIRECT:
+        if body.get(name) is not None:
+            kwargs[name] = body[name]
+    if body.get("logit_bias") is not None:
+        kwargs["logit_bias"] = _logit_bias(body["logit_bias"], limits)
     if logprobs is not None:
-        if "logprobs" not in fields:
-            raise unsupported_parameter("logprobs", "this version of eagle-hal cannot report them")
-        kwargs["logprobs"] = _logprobs_value(logprobs)
-        if "top_logprobs" in fields:
-            kwargs["top_logprobs"] = logprobs.top
+        kwargs["logprobs"] = logprobs.top
     try:
         return SamplingParams(**kwargs)
     except InvalidArgument as bad:
@@ -124,14 +98,6 @@ def logprob_request(body: Mapping[str, Any], *, chat: bool,
     if wanted is None:
         return None
     return LogprobRequest(_count("logprobs", wanted, limits.max_top_logprobs))
-
-
-def _logprobs_value(request: LogprobRequest) -> Any:
-    """``SamplingParams.logprobs`` as its declared type takes it: a flag, or a count."""
-    field = next(f for f in dataclasses.fields(SamplingParams) if f.name == "logprobs")
-    if isinstance(field.default, bool) or "bool" in str(field.type):
-        return True
-    return request.top
 
 
 def _request_name(field: str) -> str:
