@@ -16,7 +16,7 @@ import sampling_oracle as oracle
 import torch
 from eagle_hal import select_backend
 from eagle_hal.api import LLM
-from eagle_hal.engine.request import SamplingParams
+from eagle_hal.engine.request import FinishReason, SamplingParams
 from eagle_hal.speculative.config import SpecConfig
 from eagle_hal.testing.models import matching_eagle1, near_bigram_target
 
@@ -96,7 +96,7 @@ def test_streamed_logprobs_follow_the_tokens(setup):
     """Deltas carry the logprobs of their own tokens; a stop token (not in the output)
     leaves none behind, so the entries stay aligned with the ids."""
     llm, hf = setup
-    params = SamplingParams(temperature=1.0, logprobs=2, max_tokens=12, stop_token_ids=(6,))
+    params = SamplingParams(temperature=1.0, logprobs=2, max_tokens=12, stop_token_ids=(7,))
     streamed: dict[int, list] = {}
     tokens: dict[int, list] = {}
     for delta in llm.stream([PROMPT] * 4, params):
@@ -104,6 +104,8 @@ def test_streamed_logprobs_follow_the_tokens(setup):
         streamed.setdefault(delta.request_id, []).extend(delta.logprobs)
         tokens.setdefault(delta.request_id, []).extend(delta.token_ids)
     outputs = llm.last_outputs
+    # the case under test happened: a request ended on the stop token
+    assert any(o.finish_reason is FinishReason.STOP for o in outputs)
     assert sorted(len(v) for v in streamed.values()) == sorted(len(o.logprobs) for o in outputs)
     for output in outputs:
         assert list(output.logprobs) == streamed[output.request_id]

@@ -43,13 +43,16 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _body(rng: random.Random, model: str, cancel: bool) -> tuple[str, dict[str, Any]]:
+def _body(rng: random.Random, model: str, cancel: bool, llm: Any) -> tuple[str, dict[str, Any]]:
     words = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 12)))
     body: dict[str, Any] = {"model": model, "stream": True, "temperature": 0,
                             "stream_options": {"include_usage": True},
                             "return_token_ids": True}
-    if cancel:  # long enough that it cannot finish before its client leaves
-        body.update(max_tokens=200, ignore_eos=True)
+    chat = rng.random() < 0.5
+    messages = [{"role": "user", "content": words}]
+    if cancel:  # long enough that it cannot finish before its client leaves: all the room
+        prompt = llm.encode(messages, chat=True) if chat else llm.encode(words)
+        body.update(max_tokens=llm.scheduler.config.max_context - len(prompt), ignore_eos=True)
     else:
         body["max_tokens"] = rng.randint(1, 24)
         if rng.random() < 0.25:
@@ -57,8 +60,8 @@ def _body(rng: random.Random, model: str, cancel: bool) -> tuple[str, dict[str, 
         if rng.random() < 0.2:
             body["temperature"] = 0.8
             body["seed"] = rng.randrange(1 << 30)
-    if rng.random() < 0.5:
-        body["messages"] = [{"role": "user", "content": words}]
+    if chat:
+        body["messages"] = messages
         return "/v1/chat/completions", body
     body["prompt"] = words
     return "/v1/completions", body
@@ -114,7 +117,7 @@ def run_soak(url: str, *, llm: Any, model: str, requests: int = 500, concurrency
     plan = []
     for _ in range(requests):
         cancel = rng.random() < cancel_fraction
-        path, body = _body(rng, model, cancel)
+        path, body = _body(rng, model, cancel, llm)
         plan.append((path, body, rng.randint(1, 3) if cancel else None))
     started = time.perf_counter()
 
