@@ -65,8 +65,8 @@ def law(logits: list[float], params, temperature: float | None = None) -> tuple[
     for token in order:  # top-p: keep a token while the mass before it is short of top_p
         if params.top_p < 1.0:
             margin = min(margin, abs(before / kept_mass - params.top_p))
-        if before / kept_mass >= params.top_p and kept:
-            break
+        if params.top_p < 1.0 and before / kept_mass >= params.top_p and kept:
+            break  # (at top_p 1 nothing is cut, however close to 1 the rounded mass gets)
         kept.append(token)
         before += probs[token]
     if params.min_p > 0:

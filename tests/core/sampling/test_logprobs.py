@@ -78,6 +78,9 @@ CASES = {
                           logprobs=2, logprobs_mode="raw", max_tokens=10, ignore_eos=True),
     "sampled_only": SamplingParams(temperature=0.7, logprobs=0, max_tokens=10,
                                    ignore_eos=True),
+    # token 3's probability underflows float32 (about e^-200): its logprob stays finite
+    "underflow": SamplingParams(temperature=0.5, logit_bias={3: -100.0}, logprobs=VOCAB,
+                                max_tokens=10, ignore_eos=True),
 }
 
 

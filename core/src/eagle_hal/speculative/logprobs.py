@@ -5,7 +5,8 @@ Each emitted token was sampled at one verify node: the accepted path's node befo
 logprobs are read from that node's row, so a speculative iteration reports exactly what
 plain decoding reports for the same tokens:
 
-* ``"processed"``: the log of the distribution sampled, after the logit bias and penalties
+* ``"processed"``: the log of the distribution sampled (the log-softmax of the processed,
+  temperature-scaled logits over the tokens the cuts keep), after the logit bias and penalties
   (``speculative.logits_processing``) and ``SamplingOps.target_probs``' temperature,
   top-k, top-p and min-p. A greedy request samples a one-hot, which says nothing; its
   logprobs are those of the processed logits at temperature 1, with the same cuts;
@@ -57,9 +58,19 @@ def emitted_logprobs(
     logprobs = None
     if "processed" in modes:
         temperatures = torch.where(sampling.temperatures > 0, sampling.temperatures, 1.0)
-        probs = sampling.target_probs(ops, processed_logits[rows, nodes], vocab_size,
+        picked = processed_logits[rows, nodes]  # [B, W, V_padded]
+        probs = sampling.target_probs(ops, picked, vocab_size,
                                       temperatures)[..., :vocab_size]  # [B, W, V]
-        logprobs = torch.log(probs)
+        # The log-softmax of the scaled logits over the tokens the cuts keep, rather than
+        # the log of float32 probabilities: a kept token whose probability underflows
+        # keeps its finite logprob. The kept set is read from the probabilities where a
+        # request cuts at all (a token cut has probability exactly 0).
+        scaled = picked[..., :vocab_size].float() / temperatures.view(-1, 1, 1)
+        cuts = (sampling.top_ks > 0) | (sampling.top_ps < 1)
+        if sampling.min_ps is not None:
+            cuts = cuts | (sampling.min_ps > 0)
+        logprobs = torch.log_softmax(
+            scaled.masked_fill((probs == 0) & cuts.view(-1, 1, 1), -math.inf), dim=-1)
     if "raw" in modes:
         raw = torch.log_softmax(raw_logits[rows, nodes][..., :vocab_size].float(), dim=-1)
         if logprobs is None:
