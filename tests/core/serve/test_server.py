@@ -504,6 +504,25 @@ def test_after_an_engine_failure_requests_and_health_get_503_engine_failed(
         assert later.status_code == 503 and error_of(later)["code"] == "engine_failed"
         health = client.get("/health")
         assert health.status_code == 503 and error_of(health)["code"] == "engine_failed"
+        assert "device lost" not in health.text  # no key needed: no details
+
+
+def test_an_internal_error_is_500_without_its_details(cpu_backend, models, byte_tokenizer):
+    from eagle_hal.serve import ServeConfig, create_app
+    from starlette.testclient import TestClient
+
+    llm = make_llm(cpu_backend, models, byte_tokenizer, draft=False)
+
+    def broken_encode(prompt, *, chat=False):
+        raise RuntimeError("/secret/path/model.gguf")
+
+    llm.encode = broken_encode
+    app = create_app(llm, ServeConfig(model_names=(MODEL,)))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/v1/completions",
+                               json={"model": MODEL, "prompt": PROMPT, "max_tokens": 4})
+    assert response.status_code == 500 and error_of(response)["code"] == "internal_error"
+    assert "secret" not in response.text and "RuntimeError" not in response.text
 
 
 def test_a_bias_outside_the_vocabulary_is_refused_at_admission(cpu_backend, models,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -39,6 +40,8 @@ from eagle_hal.serve.protocol import (
 )
 
 __all__ = ["create_app"]
+
+_log = logging.getLogger(__name__)
 
 _ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
 
@@ -101,8 +104,10 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
 
     @app.exception_handler(Exception)
     async def internal_error(_: Request, error: Exception) -> JSONResponse:
-        return JSONResponse(error_body(f"internal error: {type(error).__name__}: {error}",
-                                       "server_error", None, "internal_error"), status_code=500)
+        # the details go to the log, not to a client (they may name paths and internals)
+        _log.error("internal error", exc_info=error)
+        return JSONResponse(error_body("internal error", "server_error", None,
+                                       "internal_error"), status_code=500)
 
     def authorize(request: Request) -> None:
         if config.api_key is not None and not authorized(
@@ -113,8 +118,8 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        if loop.failure is not None:
-            raise APIError(503, f"the engine failed: {loop.failure}", code="engine_failed")
+        if loop.failure is not None:  # unauthenticated: no details (the log has them)
+            raise APIError(503, "the engine failed", code="engine_failed")
         if loop.shutting_down or not loop.alive:
             raise APIError(503, "the server is shutting down", code="shutting_down")
         return JSONResponse({"status": "ok"})
