@@ -303,6 +303,23 @@ def test_neutral_sampling_values_change_nothing(server, oracle):
     assert response.json()["choices"][0]["text"] == oracle(PROMPT, max_tokens=4).text
 
 
+def test_prompts_are_tokenized_off_the_event_loop(server, monkeypatch):
+    """The event loop (the server's thread) keeps serving the open streams meanwhile."""
+    import threading
+
+    threads = []
+    encode = server.llm.encode
+
+    def recording(prompt, *, chat=False):
+        threads.append(threading.current_thread().name)
+        return encode(prompt, chat=chat)
+
+    monkeypatch.setattr(server.llm, "encode", recording)
+    body = {"model": MODEL, "prompt": [PROMPT, "a second one"], "max_tokens": 2}
+    assert post(server, "/v1/completions", json.dumps(body)).status_code == 200
+    assert len(threads) == 2 and "eagle-hal-serve" not in threads
+
+
 def test_stream_options_need_stream(server):
     body = {"model": MODEL, "prompt": PROMPT, "max_tokens": 4,
             "stream_options": {"include_usage": True}}

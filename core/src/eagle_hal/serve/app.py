@@ -154,8 +154,11 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
         received = time.perf_counter()  # time to first token counts from here
         authorize(request)
         body = await _read_json(request, config.limits.max_body_bytes)
-        parsed = parse_request(body, chat=chat, llm=model, model_names=config.model_names,
-                               max_context=max_context, limits=config.limits)
+        # parsing tokenizes every prompt: on a worker thread, so that a large body does not
+        # stall the streams this event loop serves
+        parsed = await asyncio.to_thread(
+            parse_request, body, chat=chat, llm=model, model_names=config.model_names,
+            max_context=max_context, limits=config.limits)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         running = asyncio.get_running_loop()
         scope = cache_scope(request.headers.get("authorization"), config.api_key)
