@@ -382,6 +382,23 @@ def test_streamed_logprobs_cover_every_token(server, oracle):
     assert logprobs == pytest.approx([e.logprob for e in expected.logprobs], abs=1e-5)
 
 
+def test_streamed_text_offsets_equal_the_response_s_with_text_held_back(server, oracle):
+    """A stop string's prefix holds text back from some chunks: the offsets still count
+    every token's text, as the whole response's do (cumulative single-token decodes)."""
+    full = oracle(PROMPT, max_tokens=40, ignore_eos=True)
+    stop = stop_across_tokens(server, full)
+    args = {"model": MODEL, "prompt": PROMPT, "max_tokens": 40, "temperature": 0,
+            "stop": [stop], "logprobs": 1, "extra_body": {"ignore_eos": True}}
+    whole = server.client().completions.create(**args).choices[0].logprobs
+    chunks = [c.choices[0] for c in server.client().completions.create(**args, stream=True)
+              if c.choices and c.choices[0].logprobs]
+    decode = server.llm.tokenizer.decode
+    lengths = [len(decode([t])) for t in full.token_ids[: len(whole.tokens)]]
+    assert whole.text_offset == [sum(lengths[:i]) for i in range(len(lengths))]
+    assert [x for c in chunks for x in c.logprobs.text_offset] == whole.text_offset
+    assert any(len(c.text) != len("".join(c.logprobs.tokens)) for c in chunks)  # held back
+
+
 def test_tool_messages_and_bad_roles_are_400(server):
     for messages, param in (([{"role": "wizard", "content": "x"}], "messages[0].role"),
                             ([{"role": "tool", "content": "x"}], "messages[0].role"),

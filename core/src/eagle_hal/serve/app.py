@@ -310,12 +310,14 @@ async def _stream(parsed: ParsedRequest, jobs: list[Job], queue: asyncio.Queue[E
             if event.delta is not None:
                 logprobs = None
                 if parsed.logprobs is not None:
-                    logprobs = logprobs_object(token_logprobs(event.delta), decode,
-                                               chat=parsed.chat, top=parsed.logprobs.top,
-                                               offset=offsets[index])
+                    entries = token_logprobs(event.delta)
+                    logprobs = logprobs_object(entries, decode, chat=parsed.chat,
+                                               top=parsed.logprobs.top, offset=offsets[index])
+                    # each token's own text, as the whole response counts them: the delta's
+                    # text may hold some back (a stop string's prefix, incomplete UTF-8)
+                    offsets[index] += sum(len(decode(t)) for t, _, _ in entries or ())
                 ids = event.delta.token_ids if parsed.return_token_ids else ()
                 if event.delta.text or logprobs is not None or ids:
-                    offsets[index] += len(event.delta.text)
                     yield _sse(completion_chunk(parsed, response_id, created, index=index,
                                                 text=event.delta.text, logprobs=logprobs,
                                                 token_ids=event.delta.token_ids))
