@@ -96,6 +96,9 @@ class EagleWorker:
         self._may_overlap = runner.parallel.world_size == 1
         self.overlap = runner.asynchronous if overlap is None else overlap
         self.eager = EagerIteration(self.context)
+        # decode iterations run eagerly although they could overlap, because a request in
+        # the batch asks for logprobs, a logit bias or a penalty (the server exports it)
+        self.forced_eager_iterations = 0
         self.plain = OverlappedPlain(self.context)
         self.speculative = OverlappedSpeculative(self.context, self.eager)
         self.last_depth: int | None = None  # the depth of the latest decode call
@@ -337,8 +340,10 @@ class EagleWorker:
 
     def _strategy(self, batch: DecodeBatch) -> Iteration:
         """The strategy of this call; the others' iterations in flight are given up."""
-        if not self._overlaps(batch.steps) or _eager_only(batch.requests):
+        overlaps = self._overlaps(batch.steps)
+        if not overlaps or _eager_only(batch.requests):
             chosen: Iteration = self.eager
+            self.forced_eager_iterations += overlaps
         elif batch.steps == 0:
             chosen = self.plain
         else:
