@@ -17,6 +17,7 @@ FAMILIES = {
     "eagle_hal_preemptions": "counter", "eagle_hal_requests_running": "gauge",
     "eagle_hal_requests_waiting": "gauge", "eagle_hal_requests_outstanding": "gauge",
     "eagle_hal_kv_pages_used": "gauge", "eagle_hal_kv_pages_free": "gauge",
+    "eagle_hal_eager_iterations": "counter",
 }
 
 
@@ -71,3 +72,24 @@ def test_counts_follow_the_requests(server):
     free = server.llm.runner.table.allocator.num_free_pages
     assert samples[("eagle_hal_kv_pages_free", ())] == free > 0
     assert samples[("eagle_hal_requests_running", ())] == 0
+
+
+def test_batches_that_cannot_overlap_are_counted(cpu_backend, models, byte_tokenizer):
+    """With overlap on, a request asking for logprobs or a penalty makes its batches run
+    eagerly: counted; plain requests' batches are not."""
+    llm = make_llm(cpu_backend, models, byte_tokenizer, overlap=True)
+    with start_server(llm, public_metrics=True) as running:
+        client = running.client()
+        client.completions.create(model=MODEL, prompt="the cat", max_tokens=12,
+                                  temperature=0, extra_body={"ignore_eos": True})
+        running.wait_idle()
+        _, samples = scrape(running.url)
+        assert samples[("eagle_hal_eager_iterations_total", ())] == 0
+        for extra in ({"logprobs": 1}, {"presence_penalty": 0.5}):
+            client.completions.create(model=MODEL, prompt="the cat", max_tokens=12,
+                                      temperature=0, extra_body={"ignore_eos": True, **extra})
+        running.wait_idle()
+        _, samples = scrape(running.url)
+        verify = samples[("eagle_hal_verify_passes_total", ())]
+        eager = samples[("eagle_hal_eager_iterations_total", ())]
+        assert eager >= 2 and eager == llm.worker.forced_eager_iterations < verify

@@ -28,6 +28,9 @@ renders them. Names (all prefixed ``eagle_hal_``):
 ``prefix_cache_hit_tokens_total``      counter   of them, served from cached KV pages (the
                                                  prefill skipped them)
 ``prefix_cache_hit_rate``              gauge     hit tokens / lookup tokens so far
+``eager_iterations_total``             counter   decode iterations not overlapped because a
+                                                 request in the batch asks for logprobs, a
+                                                 logit bias or a penalty
 =====================================  ========= =============================================
 """
 
@@ -84,6 +87,10 @@ class ServerMetrics:
         self.hit_rate = Gauge(f"{p}prefix_cache_hit_rate", "Prefix cache hit tokens / "
                               "lookup tokens", registry=r)
         self._seen = (0, 0)  # the cache's totals at the last update
+        self.eager_iterations = Counter(f"{p}eager_iterations", "Decode iterations not "
+                                        "overlapped because a request in the batch asks for "
+                                        "logprobs, a logit bias or a penalty", registry=r)
+        self._eager_seen = 0  # the worker's count at the last update
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -122,6 +129,9 @@ class ServerMetrics:
         self.pages_used.set(allocator.num_used_pages)
         self.pages_free.set(allocator.num_free_pages)
         self.pages_cached.set(allocator.num_cached_free_pages)
+        eager = getattr(llm.worker, "forced_eager_iterations", 0)
+        self.eager_iterations.inc(eager - self._eager_seen)
+        self._eager_seen = eager
         cache = allocator.prefix_cache
         if cache is not None:
             stats = cache.stats
