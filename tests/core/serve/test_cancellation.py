@@ -80,3 +80,35 @@ def test_disconnects_in_flight_spare_the_others_and_free_every_page(
             assert finished and ids == list(want.token_ids)
         else:
             assert ids == list(want.token_ids[: len(ids)])
+
+
+def test_a_stream_whose_client_left_before_its_first_byte_is_cancelled():
+    """The response cancels its jobs even when sending fails before the body's generator
+    ever started (so no ``finally`` inside the generator runs)."""
+    from eagle_hal.serve.app import _CancellingStream
+    from starlette.requests import ClientDisconnect
+
+    started, cancelled = [], []
+
+    class Loop:
+        def cancel(self, jobs):
+            cancelled.append(list(jobs))
+
+    async def body():
+        started.append(True)
+        yield "data: x\n\n"
+
+    async def receive():
+        await asyncio.sleep(3600)  # the client sends nothing more
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        raise OSError("the client went away")
+
+    jobs = ["job"]
+    response = _CancellingStream(body(), Loop(), jobs, media_type="text/event-stream")
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"},
+             "http_version": "1.1", "method": "POST", "path": "/v1/completions"}
+    with pytest.raises((OSError, ClientDisconnect)):  # starlette may wrap it
+        asyncio.run(response(scope, receive, send))
+    assert cancelled == [jobs] and not started

@@ -173,8 +173,8 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
             raise APIError(503, str(down), code="shutting_down" if loop.failure is None
                            else "engine_failed") from None
         if parsed.stream:
-            return StreamingResponse(
-                _stream(parsed, jobs, queue, loop, llm.tokenizer),
+            return _CancellingStream(
+                _stream(parsed, jobs, queue, loop, llm.tokenizer), loop, jobs,
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
@@ -189,6 +189,22 @@ def create_app(llm: Any, config: ServeConfig, *, metrics: ServerMetrics | None =
         return await generate(request, chat=True)
 
     return app
+
+
+class _CancellingStream(StreamingResponse):
+    """A stream that cancels its jobs however the response ends: also when the client
+    went away before the body's generator ever started, which a ``finally`` inside the
+    generator would not see."""
+
+    def __init__(self, content: Any, loop: EngineLoop, jobs: list[Job], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._loop, self._jobs = loop, jobs
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._loop.cancel(self._jobs)
 
 
 class _CountResponses:
@@ -288,50 +304,47 @@ def _sse(payload: Any) -> str:
 
 async def _stream(parsed: ParsedRequest, jobs: list[Job], queue: asyncio.Queue[Event],
                   loop: EngineLoop, tokenizer: Any) -> AsyncIterator[str]:
-    """The server-sent events of a streaming request; leaving early (the client went
-    away) cancels what still runs."""
+    """The server-sent events of a streaming request (``_CancellingStream`` cancels what
+    still runs once the response ends)."""
     response_id, created = new_id(parsed.chat), int(time.time())
     decode = _decoder(tokenizer)
     offsets = dict.fromkeys(range(len(jobs)), 0)
     generated = 0
-    try:
-        if parsed.chat:
-            for job in jobs:
-                yield _sse(completion_chunk(parsed, response_id, created, index=job.tag.index,
-                                            text="", role=True))
-        remaining = len(jobs)
-        while remaining:
-            event = await queue.get()
-            index = event.job.tag.index
-            if event.error is not None:
-                error = _failure(loop, event.error)
-                yield _sse(error.body())
-                break
-            if event.delta is not None:
-                logprobs = None
-                if parsed.logprobs is not None:
-                    entries = token_logprobs(event.delta)
-                    logprobs = logprobs_object(entries, decode, chat=parsed.chat,
-                                               top=parsed.logprobs.top, offset=offsets[index])
-                    # each token's own text, as the whole response counts them: the delta's
-                    # text may hold some back (a stop string's prefix, incomplete UTF-8)
-                    offsets[index] += sum(len(decode(t)) for t, _, _ in entries or ())
-                ids = event.delta.token_ids if parsed.return_token_ids else ()
-                if event.delta.text or logprobs is not None or ids:
-                    yield _sse(completion_chunk(parsed, response_id, created, index=index,
-                                                text=event.delta.text, logprobs=logprobs,
-                                                token_ids=event.delta.token_ids))
-                continue
-            remaining -= 1
-            assert event.output is not None
-            generated += len(event.output.token_ids)
-            yield _sse(completion_chunk(parsed, response_id, created, index=index,
-                                        text=None if parsed.chat else "",
-                                        reason=event.output.finish_reason))
-        else:
-            if parsed.include_usage:
-                yield _sse(completion_chunk(parsed, response_id, created,
-                                            usage_now=usage(parsed.prompt_tokens, generated)))
-        yield "data: [DONE]\n\n"
-    finally:
-        loop.cancel(jobs)
+    if parsed.chat:
+        for job in jobs:
+            yield _sse(completion_chunk(parsed, response_id, created, index=job.tag.index,
+                                        text="", role=True))
+    remaining = len(jobs)
+    while remaining:
+        event = await queue.get()
+        index = event.job.tag.index
+        if event.error is not None:
+            error = _failure(loop, event.error)
+            yield _sse(error.body())
+            break
+        if event.delta is not None:
+            logprobs = None
+            if parsed.logprobs is not None:
+                entries = token_logprobs(event.delta)
+                logprobs = logprobs_object(entries, decode, chat=parsed.chat,
+                                           top=parsed.logprobs.top, offset=offsets[index])
+                # each token's own text, as the whole response counts them: the delta's
+                # text may hold some back (a stop string's prefix, incomplete UTF-8)
+                offsets[index] += sum(len(decode(t)) for t, _, _ in entries or ())
+            ids = event.delta.token_ids if parsed.return_token_ids else ()
+            if event.delta.text or logprobs is not None or ids:
+                yield _sse(completion_chunk(parsed, response_id, created, index=index,
+                                            text=event.delta.text, logprobs=logprobs,
+                                            token_ids=event.delta.token_ids))
+            continue
+        remaining -= 1
+        assert event.output is not None
+        generated += len(event.output.token_ids)
+        yield _sse(completion_chunk(parsed, response_id, created, index=index,
+                                    text=None if parsed.chat else "",
+                                    reason=event.output.finish_reason))
+    else:
+        if parsed.include_usage:
+            yield _sse(completion_chunk(parsed, response_id, created,
+                                        usage_now=usage(parsed.prompt_tokens, generated)))
+    yield "data: [DONE]\n\n"
