@@ -3,7 +3,7 @@
 ``POST /v1/completions`` and ``POST /v1/chat/completions`` (JSON, or server-sent events with
 ``"stream": true``), ``GET /v1/models``, ``GET /health`` (no auth: for load balancers) and
 ``GET /metrics`` (Prometheus text). Every error has OpenAI's shape
-(``serve.errors``). A handler parses and checks the body (``serve.protocol``), submits one
+(``serve.errors``). A handler parses and checks the body (``serve.parsing``), submits one
 engine request per choice, and relays what the engine thread delivers; a client that goes
 away cancels its choices, which frees their batch slots and KV pages.
 """
@@ -27,14 +27,13 @@ from eagle_hal.serve.config import ServeConfig
 from eagle_hal.serve.engine_loop import EngineLoop, Event, Job, Overloaded, ShuttingDown
 from eagle_hal.serve.errors import APIError, bad_request, error_body
 from eagle_hal.serve.metrics import CONTENT_TYPE, ServerMetrics
+from eagle_hal.serve.parsing import ParsedRequest, parse_request
 from eagle_hal.serve.protocol import (
     ChoiceResult,
-    ParsedRequest,
     completion_chunk,
     completion_response,
     logprobs_object,
     new_id,
-    parse_request,
     token_logprobs,
     usage,
 )
