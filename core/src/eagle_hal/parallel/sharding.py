@@ -144,20 +144,11 @@ def _safetensors_slices(
 
 
 def model_config_at(path: str | Path | None) -> ModelConfig:
-    """The ``ModelConfig`` of a model directory, a GGUF file or (``None``) the default
-    model, read without loading any weight."""
-    from eagle_hal.model.errors import ModelFileNotFound
-    from eagle_hal.model.loading import default_model_path
-    from eagle_hal.model.loading.gguf import gguf_reader
-    from eagle_hal.model.loading.hf import read_json
+    """The ``ModelConfig`` of a model directory, a GGUF file, a hub id or (``None``) the
+    default model, read without loading any weight."""
+    from eagle_hal.model.loading import read_target_config
 
-    path = default_model_path() if path is None else Path(path)
-    if path.is_dir():
-        return ModelConfig.from_hf_config(read_json(path / "config.json"),
-                                          source=str(path / "config.json"))
-    if path.is_file():
-        return ModelConfig.from_gguf_metadata(gguf_reader(path), source=str(path))
-    raise ModelFileNotFound(f"{path} is neither a model directory nor a GGUF file")
+    return read_target_config(path)[0]
 
 
 def load_sharded_hf_model(
