@@ -77,9 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec-draft-tokens", type=POSITIVE, default=None,
                         help="verify tokens N for tree/adaptive (default: the backend's)")
     parser.add_argument("--no-graphs", action="store_true", help="run every forward eagerly")
-    parser.add_argument("--no-prefix-caching", action="store_true",
-                        help="compute every prompt from scratch (default: the prefix cache "
-                             "is on; each row reports its hits over the timed runs)")
+    # off by default: the repeats run the same prompts, so a cache would skip the prefills
+    # of every repeat after the first, and figures would stop matching runs without it
+    parser.add_argument("--prefix-caching", action="store_true",
+                        help="keep the prefix cache on (default: off, every prompt computed "
+                             "from scratch; with it, each row reports its hits over the timed "
+                             "runs)")
     parser.add_argument("--no-split", action="store_true", help="skip the per-phase timing pass")
     parser.add_argument("--repeats", type=POSITIVE, default=3,
                         help="timed runs per mode and batch size; tokens/s is their median")
@@ -261,7 +264,7 @@ def _measure(llm: Any, prompts: list[list[int]], params: Any, batch_size: int,
 def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[list[int]],
               config: BenchConfig, *, max_context: int = 2048,
               draft_dir: str | Path | None = None,
-              prefix_caching: bool = True) -> list[dict[str, Any]]:
+              prefix_caching: bool = False) -> list[dict[str, Any]]:
     """Measure every (mode, batch size) of ``config`` over token-id ``prompts``; returns one
     row per pair, in order, with ``speedup`` over ``plain`` at the same batch size (when
     measured) and ``same_as_plain`` (token-for-token equality of the outputs). ``draft``
@@ -378,11 +381,11 @@ def run(args: argparse.Namespace) -> int:
             restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode), llm.backend)
     rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
                      max_context=args.max_context, draft_dir=llm.draft_path,
-                     prefix_caching=not args.no_prefix_caching)
+                     prefix_caching=args.prefix_caching)
     report: dict[str, Any] = {
         "config": {**dataclasses.asdict(config), "dataset": args.dataset,
                    "num_prompts": len(prompts), "model": str(args.model or "default"),
-                   "prefix_caching": not args.no_prefix_caching,
+                   "prefix_caching": args.prefix_caching,
                    "draft": str(llm.draft_path) if llm.draft is not None else None,
                    "backend": llm.backend.name, "device": str(llm.backend.torch_device),
                    "dtype": str(llm.dtype), "torch": torch.__version__,

@@ -313,6 +313,7 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     from eagle_hal.api import LLM, _resolve_dtype
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.model.draft_vocab import restrict
+    from eagle_hal.model.hub import resolve_draft
     from eagle_hal.model.loading import default_draft_path, load_eagle_head
     from eagle_hal.parallel.sharding import load_sharded_target
     from eagle_hal.speculative.ngram import NgramDrafter, is_ngram, parse_ngram
@@ -333,6 +334,9 @@ def _generate_rank(context: ParallelContext, backend: Backend, args: argparse.Na
     if is_ngram(draft_arg):  # no head: every rank proposes from the same tokens
         drafter, draft_arg = NgramDrafter(*parse_ngram("--draft", args.draft)), None
     draft_path = default_draft_path(args.model) if draft_arg == "default" else draft_arg
+    if draft_path and draft_arg != "default":
+        # a hub id becomes its snapshot directory, where restrict() finds draft_vocab.json
+        draft_path = resolve_draft(draft_path)
     head = load_eagle_head(draft_path, target, dtype=dtype) if draft_path else None
     head = restrict(head, draft_path, args.draft_vocab, backend)
     spec = _spec(args, backend)

@@ -181,10 +181,11 @@ def load_sharded_target(
     GGUF tensors are dequantised one at a time and sliced. Raises what ``load_target``
     raises, and ``ShardingError``."""
     from eagle_hal.model.errors import ModelFileNotFound
+    from eagle_hal.model.hub import resolve_target
     from eagle_hal.model.loading import Tokenizer, default_model_path
     from eagle_hal.model.loading.gguf import gguf_reader, iter_gguf_tensors
 
-    path = default_model_path() if path is None else Path(path)
+    path = default_model_path() if path is None else resolve_target(path, progress=progress)
     if path.is_dir():
         model = load_sharded_hf_model(path, context, dtype, device)
         return model, Tokenizer.from_hf_dir(path, eos_token_ids=model.config.eos_token_ids)
