@@ -1,6 +1,6 @@
 """`eagle-hal train-draft` end to end on a tiny random chat model on the CPU.
 
-Stage ``data`` then stage ``train`` through the command line, as the lead runs them on a GPU;
+Stage ``data`` then stage ``train`` through the command line, as a maintainer runs them on a GPU;
 EAGLE-1 heads and (``--variant eagle3``, on a deeper target) EAGLE-3 heads.
 Oracles: greedy answers in the data set equal an explicit argmax loop over the target; the
 training loss falls; the saved head loads with ``load_eagle_head`` and speculative greedy
