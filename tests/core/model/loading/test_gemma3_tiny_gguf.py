@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 import torch
+from gguf_layout import write_tensors
 
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
@@ -89,24 +89,16 @@ def written(tmp_path_factory):
              "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "post_attention_norm",
              "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
-    for name, tensor in model.state_dict().items():
-        if name == "lm_head.weight":
-            continue  # tied: llama.cpp writes no output.weight
-        values = tensor.detach().float().numpy()
-        if name.endswith("norm.weight"):
-            values = values + 1.0  # llama.cpp's converter stores Gemma's norms as 1 + w
-        if name == "model.embed_tokens.weight":
-            gguf_name = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gguf_name = "output_norm.weight"
-        else:
-            parts = name.split(".")  # model.layers.<i>.<module...>.weight
-            gguf_name = f"blk.{parts[2]}.{names['.'.join(parts[3:-1])]}.weight"
-        writer.add_tensor(gguf_name, np.ascontiguousarray(values, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    def tensors():
+        for name, tensor in model.state_dict().items():
+            if name == "lm_head.weight":
+                continue  # tied: llama.cpp writes no output.weight
+            values = tensor.detach().float().numpy()
+            if name.endswith("norm.weight"):
+                values = values + 1.0  # llama.cpp's converter stores Gemma's norms as 1 + w
+            yield name, values
+
+    write_tensors(writer, tensors(), names)
     return model, path
 
 

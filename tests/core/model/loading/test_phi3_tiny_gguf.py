@@ -13,6 +13,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from gguf_layout import write_tensors
 
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
@@ -75,21 +76,7 @@ def written(tmp_path_factory):
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
     writer.add_add_eos_token(False)
-    for name, tensor in model.state_dict().items():
-        if name == "model.embed_tokens.weight":
-            gguf_name = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gguf_name = "output_norm.weight"
-        elif name == "lm_head.weight":
-            gguf_name = "output.weight"
-        else:
-            parts = name.split(".")
-            gguf_name = f"blk.{parts[2]}.{NAMES['.'.join(parts[3:-1])]}.weight"
-        writer.add_tensor(gguf_name, np.ascontiguousarray(tensor.numpy(), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tensors(writer, ((name, t.numpy()) for name, t in model.state_dict().items()), NAMES)
     return model, path
 
 

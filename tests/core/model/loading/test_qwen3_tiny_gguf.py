@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import random
 
-import numpy as np
 import pytest
 import torch
+from gguf_layout import write_tensors
 
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
@@ -50,21 +50,7 @@ def test_qwen3_gguf_logits_equal_the_written_model(tmp_path, runtime_for):
     writer.add_layer_norm_rms_eps(1e-6)
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
     writer.add_vocab_size(97)
-    for name, tensor in hf_model.state_dict().items():
-        if name == "model.embed_tokens.weight":
-            gguf_name = "token_embd.weight"
-        elif name == "model.norm.weight":
-            gguf_name = "output_norm.weight"
-        elif name == "lm_head.weight":
-            gguf_name = "output.weight"
-        else:
-            parts = name.split(".")
-            gguf_name = f"blk.{parts[2]}.{NAMES['.'.join(parts[3:-1])]}.weight"
-        writer.add_tensor(gguf_name, np.ascontiguousarray(tensor.numpy(), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_tensors(writer, ((name, t.numpy()) for name, t in hf_model.state_dict().items()), NAMES)
 
     model = load_gguf_model(path, progress=False)
     assert model.config.architecture == "qwen3" and model.config.qk_norm
