@@ -19,7 +19,7 @@ from eagle_hal import select_backend
 from eagle_hal.api import LLM
 from eagle_hal.engine.request import SamplingParams
 from eagle_hal.speculative.config import SpecConfig
-from eagle_hal.testing.models import tiny_eagle1, tiny_target
+from eagle_hal.testing.models import hf_float64_copy, tiny_eagle1, tiny_target
 
 transformers = pytest.importorskip("transformers")
 
@@ -30,20 +30,7 @@ SAMPLES = 3000
 PROMPT = [1, 5, 2, 7]
 
 
-def hf_copy(target) -> torch.nn.Module:
-    c = target.config
-    config = transformers.LlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
-        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
-        num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
-        rope_theta=c.rope_theta, max_position_embeddings=c.max_position_embeddings,
-        tie_word_embeddings=False, attention_bias=False,
-    )
-    model = transformers.LlamaForCausalLM(config).double().eval()
-    state = {k: v.double() for k, v in target.state_dict().items()}
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
-    return model
+hf_copy = hf_float64_copy  # the float64 transformers oracle
 
 
 def filtered(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -17,6 +17,7 @@ from eagle_hal.model.eagle import Eagle1DraftModel
 from eagle_hal.model.llama import LlamaForCausalLM
 
 __all__ = [
+    "hf_float64_copy",
     "matching_eagle1",
     "near_bigram_target",
     "randomize",
@@ -107,3 +108,24 @@ def matching_eagle1(
                 noise * torch.randn(head.fc.weight.shape, generator=gen).to(head.fc.weight.device)
             )
     return head
+
+
+def hf_float64_copy(target: LlamaForCausalLM) -> torch.nn.Module:
+    """``target`` (a Llama-family model of this package) as a float64 transformers
+    ``LlamaForCausalLM`` holding the same weights: the independent oracle of the sampling
+    tests. Needs transformers."""
+    import transformers
+
+    c = target.config
+    config = transformers.LlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+        num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+        num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim, rms_norm_eps=c.rms_norm_eps,
+        rope_theta=c.rope_theta, max_position_embeddings=c.max_position_embeddings,
+        tie_word_embeddings=False, attention_bias=False,
+    )
+    model = transformers.LlamaForCausalLM(config).double().eval()
+    state = {k: v.double() for k, v in target.state_dict().items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all("rotary" in k for k in missing), (missing, unexpected)
+    return model
