@@ -99,6 +99,10 @@ class Capabilities:
     distributed_backend: str = "gloo"
     visible_devices_env: str | None = None
     fused_sampling_ops: tuple[str, ...] = ()  # SamplingOps methods replaced by fused kernels
+    # a kernel may start while the one before it finishes, waiting in-kernel for its
+    # results (programmatic dependent launch): the Triton projections overlap their
+    # weight loads with the previous kernel
+    dependent_launch: bool = False
     notes: str = ""
 
     def __post_init__(self) -> None:
@@ -211,7 +215,8 @@ class Backend(abc.ABC):
         bundle (``dataclasses.replace(kernels, fused_linear=None)``: GEMMs at every size;
         ``softmax_topk=None``: torch's softmax and top-k) and hand it to
         ``LLM(model_kernels=...)``."""
-        return _defaults.model_kernels(self.capabilities.triton)
+        capabilities = self.capabilities
+        return _defaults.model_kernels(capabilities.triton, capabilities.dependent_launch)
 
     def graph_capture(self) -> GraphCapture | None:
         """Device-graph capture, or ``None`` when this backend runs eagerly only."""

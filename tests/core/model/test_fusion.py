@@ -201,19 +201,19 @@ def counting(kernels, calls: list[str]):
 
 
 @pytest.mark.parametrize("kernels_name,length,fused_path", [
-    ("triton", 5, True), ("triton", 33, False), ("cpu", 1, True), ("cpu", 16, True),
+    ("triton", 5, True), ("triton", 65, False), ("cpu", 1, True), ("cpu", 16, True),
     ("cpu", 17, False),
 ])
 def test_small_forwards_take_the_fused_projections(kernels_name, length, fused_path, hf_tiny,
                                                    runtime_for):
-    """Forwards of at most ``max_tokens`` rows (Triton 32, the CPU's transposed GEMMs 16) run
+    """Forwards of at most ``max_tokens`` rows (Triton 64, the CPU's transposed GEMMs 16) run
     every layer through the fused projection kernels (four calls a layer), larger ones
     through the GEMMs; both give HF's logits."""
     hf_model, directory = hf_tiny("qwen2", seed=8)
     model = load_hf_model(directory)
     calls: list[str] = []
     kernels = counting(kernels_named(kernels_name), calls)
-    assert kernels.fused_linear.max_tokens == (32 if kernels_name == "triton" else 16)
+    assert kernels.fused_linear.max_tokens == (64 if kernels_name == "triton" else 16)
     model.fuse_for_inference(kernels)
     prompt = prompts_for(model.config.vocab_size, [length], seed=9)[0]
     runtime = runtime_for(model.config)
@@ -302,12 +302,12 @@ def test_the_draft_topk_kernel_can_be_switched_off():
 @pytest.mark.parametrize("dtype,rows,fused_path", [
     (torch.bfloat16, 1, True), (torch.bfloat16, 16, True), (torch.bfloat16, 17, False),
     (torch.float16, 32, False), (torch.float32, 17, True), (torch.float32, 32, True),
-    (torch.float32, 33, False),
+    (torch.float32, 65, False),
 ])
 def test_16_bit_forwards_past_16_rows_take_the_gemms(dtype, rows, fused_path, hf_tiny):
     """With the Triton kernels, 16-bit forwards of 17-32 rows run through the GEMMs (on the
     H200 a 32-row bf16 layer took 36.0 us fused against 24.0 unfused); float32 keeps the
-    fused path up to ``max_tokens`` (32)."""
+    fused path up to ``max_tokens`` (64)."""
     from eagle_hal.model.layers import fused_kernels_for
 
     _, directory = hf_tiny("llama", seed=3)
@@ -319,7 +319,7 @@ def test_16_bit_forwards_past_16_rows_take_the_gemms(dtype, rows, fused_path, hf
 
 
 def test_the_16_bit_fused_row_limit_can_be_set_for_measurements(hf_tiny):
-    """``fused_linear_kernels(max_tokens_16bit=...)`` moves the limit within 1-32, for A/B
+    """``fused_linear_kernels(max_tokens_16bit=...)`` moves the limit within 1-64, for A/B
     runs (32: 16-bit forwards of 17-32 rows take the fused path too); anything else is
     refused with the field named."""
     if not HAS_TRITON:
@@ -339,6 +339,6 @@ def test_the_16_bit_fused_row_limit_can_be_set_for_measurements(hf_tiny):
     for rows, fused_path in ((17, True), (32, True), (33, False)):
         x = torch.zeros(rows, model.config.hidden_size, dtype=torch.bfloat16)
         assert (fused_kernels_for(x, layer.self_attn, layer.mlp) is not None) == fused_path
-    for bad in (0, 33):
+    for bad in (0, 65):
         with pytest.raises(ValueError, match="max_tokens_16bit"):
             fused_linear_kernels(max_tokens_16bit=bad)

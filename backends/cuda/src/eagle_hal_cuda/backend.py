@@ -7,6 +7,8 @@ CUDA graphs by the core's graph runner. FlashInfer is not used yet.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import TYPE_CHECKING
 
 from eagle_hal.plugin_api import Backend, Capabilities, Tolerances
@@ -31,7 +33,9 @@ class CudaBackend(Backend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES
+        """The plugin's ``CAPABILITIES``, with ``dependent_launch`` on a GPU of compute
+        capability 9.0 or later (Hopper on: programmatic dependent launch)."""
+        return _bound_capabilities(self.device_spec.torch_device_string)
 
     @property
     def torch_device(self) -> torch.device:
@@ -70,3 +74,20 @@ class CudaBackend(Backend):
             atol={"float32": 1e-4, "bfloat16": 3e-2, "float16": 5e-3},
             rtol={"float32": 1e-4, "bfloat16": 3e-2, "float16": 5e-3},
         )
+
+
+@functools.cache
+def _bound_capabilities(device: str) -> Capabilities:
+    return dataclasses.replace(CAPABILITIES, dependent_launch=_has_dependent_launch(device))
+
+
+def _has_dependent_launch(device: str) -> bool:
+    """Whether the GPU ``device`` names has programmatic dependent launch (compute
+    capability 9.0 or later); ``False`` where it cannot be asked (no such device)."""
+    import torch
+
+    try:
+        major, _ = torch.cuda.get_device_capability(torch.device(device))
+    except (AssertionError, RuntimeError, ValueError):
+        return False
+    return major >= 9

@@ -36,12 +36,21 @@ def sampling_ops() -> SamplingOps:
     return ReferenceSamplingOps()
 
 
-def model_kernels(triton: bool) -> ModelKernels:
+def model_kernels(triton: bool, dependent_launch: bool = False) -> ModelKernels:
     """The shared Triton model kernels where ``triton`` says Triton runs on the device
-    (``Capabilities.triton``), else the pure-torch reference ones."""
+    (``Capabilities.triton``), their projections launched as dependent launches where
+    ``dependent_launch`` says the device has them (``Capabilities.dependent_launch``),
+    else the pure-torch reference ones."""
     if triton:
         from eagle_hal.ops.triton.model_kernels import TRITON_MODEL_KERNELS
 
+        if dependent_launch:
+            import dataclasses
+
+            from eagle_hal.ops.triton.fused_linear import fused_linear_kernels
+
+            return dataclasses.replace(
+                TRITON_MODEL_KERNELS, fused_linear=fused_linear_kernels(dependent_launch=True))
         return TRITON_MODEL_KERNELS
     from eagle_hal.ops.reference_model import REFERENCE_MODEL_KERNELS
 

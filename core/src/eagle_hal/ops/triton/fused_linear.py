@@ -44,6 +44,18 @@ rows at a time with ``tl.dot``, for verify batches and small decode batches (cho
 ``benchmarks/bench_fused_linear.py --rows 1,6,16 --configs g16x8x16d`` shows it no faster
 than the ``tl.dot`` kernel at 1-16 rows).
 
+For 16-bit forwards of more rows than the gemv split, up to 64 (verify passes, draft
+extends, small decode batches), ``small_m_config`` takes a third kernel where the weight is
+small enough (``SMALL_M_MAX_WEIGHT``): ``small_m_kernel``, which splits the reduction into
+one weight tile per program, loaded once and multiplied by all the rows, so that a launch
+over 64 rows costs about what one row's does. Its rows sum in another order than the other
+two kernels', fixed by the reduction length and the padded row block (16, 32, 64).
+
+A bundle made with ``dependent_launch`` (``fused_linear_kernels``; the default backends
+make it where ``Capabilities.dependent_launch`` says the device has programmatic dependent
+launch) launches the small-M kernel so that its weight loads overlap the previous kernel
+(see ``small_m_kernel``); the bits are the same either way. The interpreter never takes it.
+
 Roundings follow the reference (``eagle_hal.ops.reference_model`` and torch's GEMMs):
 the stream sum, the normed rows, each projection's output, SiLU and each rotary product
 are rounded to the activation dtype where the unfused ops round them; only the order of
@@ -53,7 +65,8 @@ float32 for the dot, as the interpreter multiplies bfloat16 as raw integers).
 
 This module checks the arguments, picks each projection's launch and starts the kernel.
 The launches (``LaunchConfig``, ``LaunchPolicy``, ``default_config``) are in
-``fused_linear_config``, the kernels in ``fused_linear_kernel`` and ``fused_gemv_kernel``.
+``fused_linear_config``, the kernels in ``fused_linear_kernel``, ``fused_gemv_kernel`` and
+``small_m_kernel``.
 ``fused_linear_kernels`` bundles the three projections for a model's ``ModelKernels``,
 under the shipped launch policy or another one (to measure it end to end).
 """
@@ -76,8 +89,10 @@ from eagle_hal.ops.triton.fused_linear_config import (
     LaunchConfig,
     LaunchPolicy,
     default_config,
+    small_m_config,
 )
 from eagle_hal.ops.triton.fused_linear_kernel import fused_linear_kernel
+from eagle_hal.ops.triton.small_m_kernel import small_m_kernel
 
 __all__ = [
     "FUSED_LINEAR_KERNELS",
@@ -91,7 +106,7 @@ __all__ = [
     "qkv_rotary",
 ]
 
-MAX_TOKENS = 32  # rows per forward up to which a layer takes the fused path
+MAX_TOKENS = 64  # rows per forward up to which a layer takes the fused path
 # Rows up to which a 16-bit forward takes the fused path by default; larger ones run
 # faster through the GEMMs. ``benchmarks/bench_fused_linear.py --rows 8,16,17,24,32``
 # (SmolLM2-135M's layer, bf16) gives on an H100 35.1-35.4 us fused (32-row tiles, 64-wide
@@ -162,6 +177,7 @@ def _launch(
     half: int = 0,
     rotary_cols: int = 0,
     config: LaunchConfig,
+    dependent_launch: bool = False,
 ) -> None:
     rows, k = x.shape
     if weight.shape[1] != k or weight.stride(-1) != 1:
@@ -185,6 +201,10 @@ def _launch(
             PREFETCH=config.prefetch, DOT=config.dot, DOT_FP32=_dot_in_float32(x.dtype),
             num_warps=config.num_warps,
         )
+        return
+    if config.small_m:
+        _launch_small_m(x, weight, out, tiles, n, epilogue, residual, total, norm_weight, eps,
+                        bias, add, cos, sin, half, rotary_cols, config, dependent_launch)
         return
     splits, per_split = _split(k, config)
     if splits > 1:
@@ -211,15 +231,57 @@ def _launch(
     )
 
 
+def _launch_small_m(
+    x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, tiles: int, n: int,
+    epilogue: int, residual: torch.Tensor | None, total: torch.Tensor | None,
+    norm_weight: torch.Tensor | None, eps: float, bias: torch.Tensor | None,
+    add: torch.Tensor | None, cos: torch.Tensor | None, sin: torch.Tensor | None, half: int,
+    rotary_cols: int, config: LaunchConfig, dependent_launch: bool,
+) -> None:
+    """``small_m_kernel`` over ``tiles`` x ``ceil(K / block_k)`` programs."""
+    rows, k = x.shape
+    if rows > 64:
+        raise ValueError(f"{rows} rows: the small-M kernel takes at most 64")
+    block_k = config.block_k
+    splits = triton.cdiv(k, block_k)
+    if splits > 1:
+        partials = torch.empty((splits, tiles, 2, rows, config.block_n), dtype=torch.float32,
+                               device=x.device)
+        arrivals = _arrivals(x.device, tiles)
+    else:
+        partials = arrivals = out  # not read
+    # the programmatic dependent launch is compiled code only; the interpreter runs plain
+    pdl = dependent_launch and not settings.triton_interpreted()
+    cs = cos if cos is not None else x
+    extra = {"launch_pdl": True} if pdl else {}
+    small_m_kernel[(tiles, splits)](
+        x, residual if residual is not None else x, total if total is not None else x,
+        norm_weight if norm_weight is not None else x, weight,
+        bias if bias is not None else weight, add if add is not None else x,
+        cs, sin if sin is not None else cs, out, partials, arrivals,
+        x.stride(0), residual.stride(0) if residual is not None else 0, weight.stride(0),
+        add.stride(0) if add is not None else 0, cs.stride(0), out.stride(0),
+        rows, n, k, eps, half, rotary_cols,
+        HAS_RESIDUAL=residual is not None, HAS_NORM=norm_weight is not None,
+        HAS_BIAS=bias is not None, HAS_ADD=add is not None, EPILOGUE=epilogue,
+        DOT_FP32=_dot_in_float32(x.dtype), SPLIT_K=splits > 1,
+        BLOCK_M=max(16, next_power_of_2(rows)), BLOCK_N=config.block_n, BLOCK_K=block_k,
+        NORM_BLOCK=min(block_k, 128), USE_PDL=pdl, num_warps=config.num_warps, **extra,
+    )
+
+
 def _config_for(
     x: torch.Tensor, k: int, paired: bool, config: LaunchConfig | None,
-    policy: LaunchPolicy = DEFAULT_POLICY,
+    policy: LaunchPolicy = DEFAULT_POLICY, out_rows: int | None = None,
 ) -> LaunchConfig:
     """The launch for ``x``'s rows over a reduction of ``k``: ``config``, else the one
     ``policy`` gives; a gemv config whose tiles would not fit (``GEMV_MAX_TILE``; in dot
     mode ``GEMV_DOT_MAX_PER_THREAD``) becomes the ``tl.dot`` kernel's default. Depends on
     ``k`` and the row count's config only, so every row count up to 16 keeps one summation
-    order."""
+    order. ``out_rows`` (the weight's rows): the small-M kernel is considered first
+    (``small_m_config``)."""
+    if config is None and out_rows is not None:
+        config = small_m_config(x.dtype, x.shape[0], out_rows, k, paired, policy)
     config = config or default_config(x.dtype, x.shape[0], policy)
     if config.gemv:
         weight_tile = next_power_of_2(k) * config.block_n * (2 if paired else 1)  # elements
@@ -264,9 +326,11 @@ def qkv_rotary(
     *,
     config: LaunchConfig | None = None,
     policy: LaunchPolicy = DEFAULT_POLICY,
+    dependent_launch: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """See ``FusedLinearKernels.qkv_rotary``; ``config``: the launch (default: the one
-    ``policy`` picks for the rows)."""
+    ``policy`` picks for the rows and the weight); ``dependent_launch``: the small-M
+    kernel overlaps the previous kernel (a device with programmatic dependent launch)."""
     x = _rows(x, "x")
     _check_rows(x)
     heads = num_heads + 2 * num_kv_heads
@@ -283,12 +347,12 @@ def qkv_rotary(
         cos = cos.contiguous()
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
     half = head_dim // 2
-    config = _config_for(x, weight.shape[1], True, config, policy)
+    config = _config_for(x, weight.shape[1], True, config, policy, width)
     _launch(
         x, weight, out, heads * triton.cdiv(half, config.block_n), width, _ROTARY,
         residual=residual, total=total, norm_weight=norm_weight, eps=eps, bias=bias,
         cos=cos, sin=sin, half=half, rotary_cols=(num_heads + num_kv_heads) * head_dim,
-        config=config,
+        config=config, dependent_launch=dependent_launch,
     )
     q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
     q, k, v = out.split([q_size, kv_size, kv_size], dim=-1)
@@ -310,9 +374,10 @@ def gate_up_silu(
     *,
     config: LaunchConfig | None = None,
     policy: LaunchPolicy = DEFAULT_POLICY,
+    dependent_launch: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """See ``FusedLinearKernels.gate_up_silu``; ``config`` and ``policy`` as for
-    ``qkv_rotary``."""
+    """See ``FusedLinearKernels.gate_up_silu``; ``config``, ``policy`` and
+    ``dependent_launch`` as for ``qkv_rotary``."""
     x = _rows(x, "x")
     _check_rows(x)
     if weight.shape[0] % 2:
@@ -320,10 +385,11 @@ def gate_up_silu(
     width = weight.shape[0] // 2
     residual, total = _stream(x, residual)
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
-    config = _config_for(x, weight.shape[1], True, config, policy)
+    config = _config_for(x, weight.shape[1], True, config, policy, weight.shape[0])
     _launch(
         x, weight, out, triton.cdiv(width, config.block_n), width, _SILU_MUL,
         residual=residual, total=total, norm_weight=norm_weight, eps=eps, config=config,
+        dependent_launch=dependent_launch,
     )
     return out, total
 
@@ -336,9 +402,10 @@ def linear(
     *,
     config: LaunchConfig | None = None,
     policy: LaunchPolicy = DEFAULT_POLICY,
+    dependent_launch: bool = False,
 ) -> torch.Tensor:
-    """See ``FusedLinearKernels.linear``; ``config`` and ``policy`` as for
-    ``qkv_rotary``."""
+    """See ``FusedLinearKernels.linear``; ``config``, ``policy`` and ``dependent_launch``
+    as for ``qkv_rotary``."""
     x = _rows(x, "x")
     _check_rows(x)
     width = weight.shape[0]
@@ -347,26 +414,31 @@ def linear(
             raise ValueError(f"add {tuple(add.shape)} must be [{x.shape[0]}, {width}]")
         add = _rows(add, "add")
     out = torch.empty((x.shape[0], width), dtype=x.dtype, device=x.device)
-    config = _config_for(x, weight.shape[1], False, config, policy)
+    config = _config_for(x, weight.shape[1], False, config, policy, width)
     _launch(
         x, weight, out, triton.cdiv(width, config.block_n), width, _PLAIN, bias=bias, add=add,
-        config=config,
+        config=config, dependent_launch=dependent_launch,
     )
     return out
 
 
 def fused_linear_kernels(
-    policy: LaunchPolicy = DEFAULT_POLICY, max_tokens_16bit: int = MAX_TOKENS_16BIT
+    policy: LaunchPolicy = DEFAULT_POLICY, max_tokens_16bit: int = MAX_TOKENS_16BIT,
+    dependent_launch: bool = False,
 ) -> FusedLinearKernels:
     """The three projections as ``FusedLinearKernels``, launched under ``policy``, for
     forwards of up to ``MAX_TOKENS`` rows (16-bit ones up to ``max_tokens_16bit``, 1 to
-    ``MAX_TOKENS``). The defaults are ``FUSED_LINEAR_KERNELS``; others measure another
-    choice end to end, e.g. ``dataclasses.replace(kernels,
-    fused_linear=fused_linear_kernels(max_tokens_16bit=32))`` for a model's kernels."""
-    if policy == DEFAULT_POLICY:
+    ``MAX_TOKENS``), with programmatic dependent launch where ``dependent_launch`` (a
+    device whose backend declares ``Capabilities.dependent_launch``). The defaults are
+    ``FUSED_LINEAR_KERNELS``; others measure another choice end to end, e.g.
+    ``dataclasses.replace(kernels, fused_linear=fused_linear_kernels(max_tokens_16bit=32))``
+    for a model's kernels."""
+    if policy == DEFAULT_POLICY and not dependent_launch:
         functions = qkv_rotary, gate_up_silu, linear
     else:
-        functions = tuple(functools.partial(f, policy=policy)
+        options = {"policy": policy, "dependent_launch": True} if dependent_launch else {
+            "policy": policy}
+        functions = tuple(functools.partial(f, **options)
                           for f in (qkv_rotary, gate_up_silu, linear))
     return FusedLinearKernels(
         max_tokens=MAX_TOKENS,
