@@ -221,10 +221,7 @@ class LLM:
         self.tokenizer = tokenizer
         self.spec = spec
         self.dtype = dtype
-        # max_context_len: the positions the model computes exactly (a sliding window's
-        # model attends over the whole context, so it stops at the window)
-        max_context = min(max_context, getattr(target.config, "max_context_len",
-                                               target.config.max_position_embeddings))
+        max_context = min(max_context, _model_context(target.config, backend))
         tokens = kv_cache_tokens or max(max_batch_size * min(max_context, 1024), 4 * max_context)
         cache = CacheConfig(
             num_tokens=tokens, page_size=page_size,
@@ -457,6 +454,23 @@ def _given_backend(backend: str | Backend | None, device: str) -> Backend | None
                               f"the device of the backend given ({backend.name} on {own}), "
                               "or 'auto'")
     return backend
+
+
+def _model_context(config: Any, backend: Backend) -> int:
+    """The longest context ``config``'s model computes exactly on ``backend``: its
+    positions, or, where the backend applies no sliding windows, its smallest window (then
+    attention over the whole context is the same), with a notice on stderr."""
+    longest = getattr(config, "max_context_len", config.max_position_embeddings)
+    within = getattr(config, "unwindowed_context_len", longest)
+    if within < longest and not backend.capabilities.sliding_window:
+        print(
+            f"notice: backend {backend.name!r} applies no sliding windows "
+            f"(Capabilities.sliding_window); requests stop at the model's window of "
+            f"{within} tokens",
+            file=sys.stderr,
+        )
+        return within
+    return longest
 
 
 def _resolve_dtype(dtype: str | torch.dtype | None, backend: Backend) -> torch.dtype:

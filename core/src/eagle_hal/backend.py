@@ -57,7 +57,9 @@ __all__ = [
 
 # The HAL contract version. MAJOR changes break plugins; a plugin written against
 # (major, minor) works with any core of the same major and minor >= the plugin's minor.
-API_VERSION: tuple[int, int] = (1, 0)
+# 1.1: attention configs may carry sliding windows and a score soft-cap, applied by the
+# backends whose ``Capabilities`` say so.
+API_VERSION: tuple[int, int] = (1, 1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,6 +105,11 @@ class Capabilities:
     # results (programmatic dependent launch): the Triton projections overlap their
     # weight loads with the previous kernel
     dependent_launch: bool = False
+    # Whether the attention applies ``AttentionConfig.layer_windows`` (sliding windows) and
+    # ``logit_softcap`` (API 1.1). Without them the engine stops a windowed model's requests
+    # at the window and refuses a soft-capped model.
+    sliding_window: bool = False
+    logit_softcap: bool = False
     notes: str = ""
 
     def __post_init__(self) -> None:

@@ -37,6 +37,8 @@ CAPABILITIES = Capabilities(
         "build_verify_tree", "masked_argmax", "verify_greedy", "verify_tree_sampling",
         "fill_bonus_tokens", "assign_verify_slots", "draft_kv_slots", "sampling_noise",
     ),
+    sliding_window=True,  # windows and soft-caps: the shared attention applies them
+    logit_softcap=True,
     notes="attention: eagle_hal's Triton paged attention (ops/triton); FlashInfer not used",
 )
 
@@ -90,7 +92,7 @@ DESCRIPTOR = BackendDescriptor(
     device_types=("cuda",),
     implementation="eagle_hal_cuda.backend:CudaBackend",
     probe=probe,
-    api_version=(1, 0),
+    api_version=(1, 1),
     priority=100,
     description="NVIDIA GPUs through PyTorch's CUDA build",
     capabilities=CAPABILITIES,

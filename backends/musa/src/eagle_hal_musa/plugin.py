@@ -35,6 +35,8 @@ CAPABILITIES = Capabilities(
     triton=False,
     distributed_backend="mccl",
     visible_devices_env=VISIBLE_DEVICES_ENV,
+    sliding_window=True,  # windows and soft-caps: the shared attention applies them
+    logit_softcap=True,
     notes=(
         "attention: torch SDPA over gathered slots (eagle_hal's reference attention); mate's "
         "paged flash attention for the causal modes only when opted in with "
@@ -64,7 +66,7 @@ DESCRIPTOR = BackendDescriptor(
     device_types=(DEVICE_TYPE,),
     implementation="eagle_hal_musa.backend:MusaBackend",
     probe=probe,
-    api_version=(1, 0),
+    api_version=(1, 1),
     priority=100,
     description="Moore Threads GPUs through torch_musa",
     capabilities=CAPABILITIES,

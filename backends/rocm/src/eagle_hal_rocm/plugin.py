@@ -45,6 +45,8 @@ CAPABILITIES = Capabilities(
         "build_verify_tree", "masked_argmax", "verify_greedy", "verify_tree_sampling",
         "fill_bonus_tokens", "assign_verify_slots", "draft_kv_slots", "sampling_noise",
     ),
+    sliding_window=True,  # windows and soft-caps: the shared attention applies them
+    logit_softcap=True,
     notes=(
         "attention and sampling: eagle_hal's shared Triton kernels, sampling launched for the "
         "GPU's wavefront size (64 on CDNA, 32 on RDNA); decode through aiter's "
@@ -104,7 +106,7 @@ DESCRIPTOR = BackendDescriptor(
     device_types=("rocm", "hip", "cuda"),
     implementation="eagle_hal_rocm.backend:RocmBackend",
     probe=probe,
-    api_version=(1, 0),
+    api_version=(1, 1),
     priority=110,  # above the CUDA backend's 100: on a ROCm build, rocm serves "cuda"
     description="AMD GPUs through PyTorch's ROCm build",
     capabilities=CAPABILITIES,

@@ -40,6 +40,8 @@ CAPABILITIES = Capabilities(
         "build_verify_tree", "masked_argmax", "verify_greedy", "verify_tree_sampling",
         "fill_bonus_tokens", "assign_verify_slots", "draft_kv_slots", "sampling_noise",
     ),
+    sliding_window=True,  # windows and soft-caps: the shared attention applies them
+    logit_softcap=True,
     notes=(
         "attention and sampling: eagle_hal's shared Triton kernels through Intel's Triton "
         "backend; XPUGraph where torch has it; IPEX not used; never run on Intel hardware"
@@ -96,7 +98,7 @@ DESCRIPTOR = BackendDescriptor(
     device_types=("xpu",),
     implementation="eagle_hal_xpu.backend:XpuBackend",
     probe=probe,
-    api_version=(1, 0),
+    api_version=(1, 1),
     priority=100,
     description="Intel GPUs through PyTorch's XPU build",
     capabilities=CAPABILITIES,

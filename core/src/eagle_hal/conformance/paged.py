@@ -154,10 +154,11 @@ class PagedScene:
 
     # -- building ------------------------------------------------------------------------
 
-    def attention(self) -> AttentionBackend:
+    def attention(self, layer_windows: tuple[int | None, ...] = (),
+                  logit_softcap: float | None = None) -> AttentionBackend:
         g = self.geometry
         config = AttentionConfig(g.num_heads, g.num_kv_heads, g.head_dim, g.num_layers, g.scaling,
-                                 self.store, self.req_to_token)
+                                 self.store, self.req_to_token, layer_windows, logit_softcap)
         return self.backend.create_attention_backend(config)
 
     def extend_rows(self, row: int, count: int) -> list[int]:
@@ -231,10 +232,11 @@ class PagedScene:
     # -- the oracle ------------------------------------------------------------------------
 
     def dense_attention(
-        self, layer: int, q: torch.Tensor, visible_slots: list[list[int]]
+        self, layer: int, q: torch.Tensor, visible_slots: list[list[int]],
+        softcap: float | None = None,
     ) -> torch.Tensor:
-        """Token t attends over ``visible_slots[t]`` with remembered K/V; float64
-        ``[T, H, D]``."""
+        """Token t attends over ``visible_slots[t]`` with remembered K/V (each score ``s``
+        capped to ``softcap * tanh(s / softcap)`` when given); float64 ``[T, H, D]``."""
         g = self.geometry
         group = g.num_heads // g.num_kv_heads
         q = q.to(self.dtype).double().cpu()
@@ -244,5 +246,7 @@ class PagedScene:
             values = torch.stack([self.kv[(layer, s)][1] for s in slots])
             for h in range(g.num_heads):
                 scores = keys[:, h // group] @ q[t, h] * g.scaling  # [S]
+                if softcap is not None:
+                    scores = torch.tanh(scores / softcap) * softcap
                 out[t, h] = torch.softmax(scores, dim=0) @ values[:, h // group]
         return out

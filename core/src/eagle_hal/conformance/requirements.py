@@ -7,7 +7,8 @@ A check states its needs with ``requires(...)`` (a mark; usable per parameter th
 * ``"triton"``: ``Capabilities.triton``;
 * ``"dtype:<name>"``: the dtype is in ``Capabilities.dtypes``;
 * ``"tree_mask:<mode>"``: the layout is in ``Capabilities.tree_mask_modes``;
-* ``"page_size:<n>"``: ``Capabilities.supports_page_size(n)``.
+* ``"page_size:<n>"``: ``Capabilities.supports_page_size(n)``;
+* ``"sliding_window"``, ``"logit_softcap"``: the ``Capabilities`` field of that name.
 
 A need the backend lacks skips the check with the reason ``unmet`` gives.
 """
@@ -31,7 +32,7 @@ def requires(*needs: str) -> Any:
     malformed need so that a typo fails at import, not as a silent skip."""
     for need in needs:
         kind, _, value = need.partition(":")
-        if kind in ("graph_capture", "triton") and not value:
+        if kind in ("graph_capture", "triton", "sliding_window", "logit_softcap") and not value:
             continue
         if kind in ("dtype", "tree_mask") and value:
             continue
@@ -56,6 +57,10 @@ def unmet(need: str, backend: Backend) -> str | None:
         return None
     if kind == "triton":
         return None if caps.triton else f"backend {name!r} declares no Triton support"
+    if kind in ("sliding_window", "logit_softcap"):
+        if getattr(caps, kind):
+            return None
+        return f"backend {name!r} does not declare Capabilities.{kind}"
     if kind == "dtype":
         return None if value in caps.dtypes else f"backend {name!r} does not list dtype {value}"
     if kind == "tree_mask":

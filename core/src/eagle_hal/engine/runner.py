@@ -53,6 +53,32 @@ class CacheConfig:
 _ROTARY_MARGIN = 64  # positions past the context the rotary table covers (padded graph rows)
 
 
+def check_attention_features(
+    backend: Backend, config: AttentionConfig, max_context: int
+) -> AttentionConfig:
+    """``config``, checked against what ``backend``'s attention applies: a soft-cap needs
+    ``Capabilities.logit_softcap``; sliding windows need ``Capabilities.sliding_window``
+    unless no context reaches past the smallest window (then full attention is the
+    same), and are dropped from the config in that case. Raises ``ValueError`` naming the
+    backend otherwise."""
+    caps = backend.capabilities
+    if config.logit_softcap is not None and not caps.logit_softcap:
+        raise ValueError(
+            f"the model soft-caps its attention scores; backend {backend.name!r} does not "
+            "(Capabilities.logit_softcap)"
+        )
+    if config.windowed and not caps.sliding_window:
+        window = min(w for w in config.layer_windows if w is not None)
+        if max_context > window:
+            raise ValueError(
+                f"the model has sliding-window layers (window {window}); backend "
+                f"{backend.name!r} does not apply windows (Capabilities.sliding_window), so "
+                f"its context must stay within {window} tokens, not {max_context}"
+            )
+        config = dataclasses.replace(config, layer_windows=())
+    return config
+
+
 class ModelRunner:
     """Target model, optional draft head, their KV caches and attention backends.
 
@@ -106,7 +132,8 @@ class ModelRunner:
             head_dim=tc.head_dim, layout=layout, dtype=dtype, device=self.device,
         )
         self.target_attn = backend.create_attention_backend(
-            self._attention_config(tc, self.target_kv, shards)
+            check_attention_features(backend, self._attention_config(tc, self.target_kv, shards),
+                                     cache.max_context)
         )
         self.draft_kv: KVStorage | None = None
         self.draft_attn: AttentionBackend | None = None
@@ -117,7 +144,8 @@ class ModelRunner:
                 head_dim=dc.head_dim, layout=layout, dtype=dtype, device=self.device,
             )
             self.draft_attn = backend.create_attention_backend(
-                self._attention_config(dc, self.draft_kv)
+                check_attention_features(backend, self._attention_config(dc, self.draft_kv),
+                                         cache.max_context)
             )
 
     def _attention_config(self, config: Any, kv: KVStorage, shards: int = 1) -> AttentionConfig:
@@ -129,6 +157,8 @@ class ModelRunner:
             scaling=config.head_dim**-0.5,
             kv_store=kv,
             req_to_token=self.device_table.tensor,
+            layer_windows=getattr(config, "layer_windows", ()),
+            logit_softcap=getattr(config, "attn_logit_softcap", None),
         )
 
     @property

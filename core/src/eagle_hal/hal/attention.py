@@ -14,6 +14,19 @@ slots ``req_to_token[req, 0:prefix_len]``, plus:
   sees the slots ``draft_kv_slots[r, :]``: its ancestors among earlier draft tokens, then
   itself (the last column equals ``out_cache_loc[r]``).
 
+Sliding windows and soft-capping (``AttentionConfig.layer_windows``, ``logit_softcap``; a
+backend that implements them says so in ``Capabilities.sliding_window`` and
+``Capabilities.logit_softcap``, and the engine builds no windowed or capped config for one
+that does not). A layer of window ``W`` lets a query at position ``p`` see only the keys at
+positions ``> p - W``: ``W`` keys, itself included, as Hugging Face's sliding-window mask.
+Positions: cached prefix slot ``req_to_token[req, c]`` is at position ``c``; this forward's
+tokens are at their ``batch.positions`` (a causal extend's token ``i`` at ``prefix_len + i``,
+a tree node at ``prefix_len`` plus its depth, the number of its ancestors); in DRAFT_DECODE
+the columns of ``draft_kv_slots`` are consecutive positions ending at the query's. The
+window applies on top of each mode's visibility (a tree node still sees only its ancestors
+among the tree). Soft-capping replaces each score ``s = scaling * q . k`` by
+``cap * tanh(s / cap)`` before the softmax.
+
 Planning (``plan``) runs once per forward and builds backend-specific metadata (a subclass
 of ``AttentionMetadata``); ``forward`` runs once per layer and reads
 ``batch.attn_metadata``. The graph hooks let the core's graph runner capture a forward with
@@ -120,6 +133,10 @@ class AttentionConfig:
     scaling: float
     kv_store: KVStore
     req_to_token: torch.Tensor  # [max_requests, max_context] slot of each request position
+    # each layer's sliding window (None: full attention); empty: no layer has one. See
+    # the module docstring for the positions it counts in.
+    layer_windows: tuple[int | None, ...] = ()
+    logit_softcap: float | None = None  # scores become cap * tanh(score / cap)
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -127,6 +144,24 @@ class AttentionConfig:
                 f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
                 f"({self.num_kv_heads})"
             )
+        if self.layer_windows and len(self.layer_windows) != self.num_layers:
+            raise ValueError(
+                f"layer_windows has {len(self.layer_windows)} entries for {self.num_layers} "
+                "layers"
+            )
+        if any(w is not None and w < 1 for w in self.layer_windows):
+            raise ValueError(f"sliding windows must be >= 1, got {self.layer_windows}")
+        if self.logit_softcap is not None and not self.logit_softcap > 0:
+            raise ValueError(f"logit_softcap must be > 0, got {self.logit_softcap}")
+
+    def window(self, layer: int) -> int | None:
+        """Layer ``layer``'s sliding window, ``None`` for full attention."""
+        return self.layer_windows[layer] if self.layer_windows else None
+
+    @property
+    def windowed(self) -> bool:
+        """Whether any layer has a sliding window."""
+        return any(w is not None for w in self.layer_windows)
 
 
 @dataclasses.dataclass

@@ -15,6 +15,11 @@ part's visible keys, ``[..., H]`` in float32; a part with no visible key has LSE
 and output 0, and merging with it is the identity. Every function here computes in float32
 and returns float32; callers cast.
 
+Sliding windows and soft-capping (``AttentionConfig``): every function takes the score
+cap (``softcap``); the prefix and tree parts take a layer's ``window`` with the query
+positions (and, for the tree, the key nodes' positions), and drop the keys at positions
+``<= p - window``, a prefix slot's position being its column.
+
 ``CompositeTreeAttentionBackend`` runs TARGET_VERIFY this way and hands every other mode to
 an inner backend. A vendor backend subclasses it and overrides ``prefix_attention`` /
 ``tree_attention`` with its kernels; the defaults are the torch functions below.
@@ -56,8 +61,10 @@ def masked_attention_with_lse(
     v: torch.Tensor,
     visible: torch.Tensor,
     scaling: float,
+    softcap: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention under a bool mask, with its log-sum-exp.
+    """Softmax attention under a bool mask, with its log-sum-exp; with ``softcap`` each
+    score ``s`` is ``softcap * tanh(s / softcap)`` first.
 
     ``q`` ``[B, Q, H, D]``, ``k``/``v`` ``[B, K, H_kv, D]`` (``H`` a multiple of ``H_kv``;
     query head ``h`` reads KV head ``h // (H / H_kv)``), ``visible`` ``[B, Q, K]``. Returns
@@ -73,6 +80,8 @@ def masked_attention_with_lse(
     keys = k.float().transpose(1, 2)  # [B, H_kv, K, D]
     values = v.float().transpose(1, 2)
     scores = torch.matmul(queries, keys.transpose(-1, -2)) * scaling  # [B, H_kv, group*Q, K]
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
     mask = visible[:, None, None].expand(batch_size, num_kv_heads, group, num_queries, -1)
     scores = scores.masked_fill(~mask.reshape(scores.shape), float("-inf"))
     lse = torch.logsumexp(scores, dim=-1, keepdim=True)  # [B, H_kv, group*Q, 1]
@@ -97,8 +106,13 @@ def paged_prefix_attention(
     max_prefix_len: int,
     scaling: float,
     kv_order: str = "NHD",
+    softcap: float | None = None,
+    window: int | None = None,
+    query_positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every query of request ``b`` over the slots ``req_to_token[row_b, 0:prefix_lens[b]]``.
+    """Every query of request ``b`` over the slots ``req_to_token[row_b, 0:prefix_lens[b]]``
+    (with ``window``, only the columns ``> query_positions - window``, ``query_positions``
+    ``[B, Q]``).
 
     ``q`` ``[B, Q, H, D]``; ``k_buffer``/``v_buffer`` one layer's storage in ``kv_order``;
     ``table_rows`` and ``prefix_lens`` ``[B]`` on the device; ``max_prefix_len`` a host
@@ -114,7 +128,12 @@ def paged_prefix_attention(
     keys = gather_kv_slots(k_buffer, slots, kv_order)  # [B, P, H_kv, D]
     values = gather_kv_slots(v_buffer, slots, kv_order)
     visible = valid[:, None, :].expand(q.shape[0], q.shape[1], max_prefix_len)
-    return masked_attention_with_lse(q, keys, values, visible, scaling)
+    if window is not None:
+        if query_positions is None:
+            raise ValueError("a windowed prefix attention needs the query positions")
+        inside = cols[None, None, :] > query_positions.to(torch.int64)[:, :, None] - window
+        visible = visible & inside
+    return masked_attention_with_lse(q, keys, values, visible, scaling, softcap)
 
 
 def dense_tree_attention(
@@ -123,13 +142,23 @@ def dense_tree_attention(
     v: torch.Tensor,
     tree_mask: torch.Tensor,
     scaling: float,
+    softcap: float | None = None,
+    window: int | None = None,
+    positions: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each request's N tree queries over its N tree keys under ``tree_mask``.
 
     ``q`` ``[B, N, H, D]``, ``k``/``v`` ``[B, N, H_kv, D]``, ``tree_mask`` bool ``[B, N, N]``
-    (row ``i`` sees column ``j``). Returns ``(out [B, N, H, D], lse [B, N, H])``, float32.
+    (row ``i`` sees column ``j``); with ``window``, node ``i`` sees node ``j`` only if
+    ``positions[j] > positions[i] - window`` (``positions`` ``[B, N]``). Returns
+    ``(out [B, N, H, D], lse [B, N, H])``, float32.
     """
-    return masked_attention_with_lse(q, k, v, tree_mask, scaling)
+    if window is not None:
+        if positions is None:
+            raise ValueError("a windowed tree attention needs the nodes' positions")
+        pos = positions.to(torch.int64)
+        tree_mask = tree_mask & (pos[:, None, :] > pos[:, :, None] - window)
+    return masked_attention_with_lse(q, k, v, tree_mask, scaling, softcap)
 
 
 def merge_attention_states(
@@ -223,6 +252,7 @@ class CompositeTreeAttentionBackend(AttentionBackend):
         batch_size, n = batch.batch_size, metadata.num_draft_tokens
         queries = q.view(batch_size, n, *q.shape[1:])  # [B, N, H, D]
         prefix_out, prefix_lse = self.prefix_attention(layer, queries, batch, metadata)
+        window = self.config.window(layer)
         # The tree keys are this forward's own k/v, rounded as the store keeps them.
         stored_dtype = store.k_buffer(layer).dtype
         tree_out, tree_lse = self.tree_attention(
@@ -230,6 +260,9 @@ class CompositeTreeAttentionBackend(AttentionBackend):
             k.to(stored_dtype).view(batch_size, n, *k.shape[1:]),  # [B, N, H_kv, D]
             v.to(stored_dtype).view(batch_size, n, *v.shape[1:]),
             metadata.tree_mask,
+            # passed only when set: a subclass written before windows keeps its signature
+            **({} if window is None else
+               {"window": window, "positions": batch.positions.view(batch_size, n)}),
         )
         out, _ = merge_attention_states(prefix_out, prefix_lse, tree_out, tree_lse)
         return out.reshape(q.shape).to(q.dtype)  # [T, H, D]
@@ -245,6 +278,10 @@ class CompositeTreeAttentionBackend(AttentionBackend):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``q`` ``[B, N, H, D]`` over each request's cached prefix; ``(out, lse)``."""
         store = self.config.kv_store
+        window = self.config.window(layer)
+        positions = None
+        if window is not None:
+            positions = batch.positions.view(q.shape[0], q.shape[1])
         return paged_prefix_attention(
             q,
             store.k_buffer(layer),
@@ -255,10 +292,21 @@ class CompositeTreeAttentionBackend(AttentionBackend):
             max_prefix_len=metadata.max_prefix_len,
             scaling=self.config.scaling,
             kv_order=store.layout.order,
+            softcap=self.config.logit_softcap,
+            window=window,
+            query_positions=positions,
         )
 
     def tree_attention(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tree_mask: torch.Tensor
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        tree_mask: torch.Tensor,
+        window: int | None = None,
+        positions: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``q`` ``[B, N, H, D]`` over the tree block ``k``/``v`` ``[B, N, H_kv, D]``."""
-        return dense_tree_attention(q, k, v, tree_mask, self.config.scaling)
+        """``q`` ``[B, N, H, D]`` over the tree block ``k``/``v`` ``[B, N, H_kv, D]``; with
+        ``window``, ``positions`` ``[B, N]`` are the nodes' positions."""
+        return dense_tree_attention(q, k, v, tree_mask, self.config.scaling,
+                                    self.config.logit_softcap, window, positions)

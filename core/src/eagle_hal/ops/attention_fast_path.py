@@ -10,6 +10,10 @@ The tree-mask layout is the fallback's (the fast path serves no verify tree), an
 graph hooks follow the same rule: a capture runs on the fast path only where ``captures``
 says so, and a replay goes to whichever side planned the capture.
 
+A model with sliding windows or soft-capped scores (``AttentionConfig``) runs every forward
+on the fallback unless the subclass sets ``handles_windows``: a device library's kernel
+called without a window would attend over the whole context.
+
 A subclass sets ``metadata_type`` and implements ``serves``, ``plan_fast`` and
 ``forward_fast``; one whose kernel is captured also implements ``captures``,
 ``plan_fast_capture``, ``replay_fast`` and, if its graph API takes host updates,
@@ -38,10 +42,15 @@ class FastPathAttention(AttentionBackend):
 
     # The metadata ``plan_fast`` makes; a forward or replay holding one is the fast path's.
     metadata_type: ClassVar[type[AttentionMetadata]]
+    # Whether ``forward_fast`` applies the config's sliding windows and soft-cap; if not,
+    # a model that has either never takes the fast path.
+    handles_windows: ClassVar[bool] = False
 
     def __init__(self, config: AttentionConfig, fallback: AttentionBackend) -> None:
         super().__init__(config)
         self.fallback = fallback
+        self._fast_allowed = self.handles_windows or not (
+            config.windowed or config.logit_softcap is not None)
 
     @property  # type: ignore[override]
     def tree_mask_mode(self) -> str:
@@ -95,7 +104,7 @@ class FastPathAttention(AttentionBackend):
     # -- the contract, routed ------------------------------------------------------------
 
     def plan(self, batch: ForwardBatch) -> AttentionMetadata:
-        if self.serves(batch):
+        if self._fast_allowed and self.serves(batch):
             return self.plan_fast(batch)
         return self.fallback.plan(batch)
 
@@ -103,7 +112,7 @@ class FastPathAttention(AttentionBackend):
         self.fallback.init_graph_state(max_batch_size, max_tokens)
 
     def plan_for_capture(self, batch: ForwardBatch) -> AttentionMetadata:
-        if self.captures(batch):
+        if self._fast_allowed and self.captures(batch):
             return self.plan_fast_capture(batch)
         return self.fallback.plan_for_capture(batch)
 

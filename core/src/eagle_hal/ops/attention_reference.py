@@ -23,6 +23,13 @@ output is cast back to ``q.dtype``): it is the reference the faster backends are
 to. Padded query rows see every column, so no softmax row is empty; their outputs are
 dropped.
 
+Sliding windows and soft-capping (``AttentionConfig.layer_windows``, ``logit_softcap``):
+``plan`` also records which token of the forward each of a request's own key columns is
+(``own_tokens``); ``forward`` reads the positions of the queries and of those keys from
+``batch.positions`` (current inside a graph as well) and narrows a windowed layer's
+visibility to keys at positions ``> p - W``. With a soft-cap the scores are computed
+explicitly (SDPA takes no cap).
+
 Tree masks (TARGET_VERIFY) are read in any of the three ``TreeMaskMode`` layouts; the
 constructor's ``tree_mask_mode`` picks the one this instance asks the core for. Row ``i``,
 column ``j`` of a tree block is true when tree node ``i`` sees node ``j`` (itself included).
@@ -71,6 +78,8 @@ class TorchAttentionMetadata(AttentionMetadata):
     # Ragged batches only (None when every request has max_queries query tokens):
     query_gather: torch.Tensor | None = None  # [B * max_queries] token index of each padded row
     token_scatter: torch.Tensor | None = None  # [T] padded row of each token
+    # [B, own columns] token index of each own key column (padding: 0); None in DRAFT_DECODE
+    own_tokens: torch.Tensor | None = None
 
 
 def gather_kv_slots(buffer: torch.Tensor, slots: torch.Tensor, order: str) -> torch.Tensor:
@@ -202,10 +211,12 @@ class TorchAttentionBackend(AttentionBackend):
         prefix_slots = self.config.req_to_token[rows, prefix_cols[None, :]].to(torch.int64)
         prefix_slots = torch.where(prefix_valid, prefix_slots, pad_slot)  # [B, max_prefix]
 
+        own_tokens = None
         if batch.mode is ForwardMode.DRAFT_DECODE:
             own_slots, own_visible = self._draft_decode_keys(batch, max_queries)
         else:
-            own_slots, own_visible = self._new_token_keys(batch, query_lens, max_queries, pad_slot)
+            own_slots, own_visible, own_tokens = self._new_token_keys(
+                batch, query_lens, max_queries, pad_slot)
         prefix_visible = prefix_valid[:, None, :].expand(batch_size, max_queries, max_prefix)
         if batch.mode is ForwardMode.TARGET_VERIFY:
             own_visible, full_prefix_visible = self._tree_visibility(batch, max_queries, max_prefix)
@@ -215,7 +226,7 @@ class TorchAttentionBackend(AttentionBackend):
         key_slots = torch.cat([prefix_slots, own_slots], dim=1)  # [B, max_keys]
         visible = torch.cat([prefix_visible, own_visible], dim=2)  # [B, max_queries, max_keys]
 
-        metadata = TorchAttentionMetadata(key_slots, visible, max_queries)
+        metadata = TorchAttentionMetadata(key_slots, visible, max_queries, own_tokens=own_tokens)
         if any(n != max_queries for n in query_lens):
             self._plan_ragged_queries(metadata, query_lens, device)
         return metadata
@@ -251,8 +262,9 @@ class TorchAttentionBackend(AttentionBackend):
         query_lens: tuple[int, ...],
         max_queries: int,
         pad_slot: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The request's own run of ``out_cache_loc`` as key columns, seen causally."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The request's own run of ``out_cache_loc`` as key columns, seen causally, and
+        the token index of each column."""
         device = batch.out_cache_loc.device
         starts, total = [], 0
         for n in query_lens:
@@ -266,7 +278,7 @@ class TorchAttentionBackend(AttentionBackend):
         own_slots = torch.where(valid, batch.out_cache_loc.to(torch.int64)[token], pad_slot)
         causal = cols[None, :] <= cols[:, None]  # [query, key]
         own_visible = causal[None] & valid[:, None, :]  # [B, max_queries, max_queries]
-        return own_slots, own_visible
+        return own_slots, own_visible, token
 
     def _tree_visibility(
         self, batch: ForwardBatch, num_draft_tokens: int, max_prefix: int
@@ -319,7 +331,7 @@ class TorchAttentionBackend(AttentionBackend):
                 f"replay batch has {fresh.max_queries} queries per request, captured "
                 f"{metadata.max_queries}"
             )
-        for field in ("key_slots", "visible", "query_gather", "token_scatter"):
+        for field in ("key_slots", "visible", "query_gather", "token_scatter", "own_tokens"):
             captured, value = getattr(metadata, field), getattr(fresh, field)
             if captured is None and value is None:
                 continue
@@ -364,15 +376,75 @@ class TorchAttentionBackend(AttentionBackend):
         else:
             queries = q[metadata.query_gather].view(batch_size, max_queries, *q.shape[1:])
         # queries: [B, max_queries, H, D]
-        out = F.scaled_dot_product_attention(
-            queries.transpose(1, 2).float(),
-            keys.transpose(1, 2).float(),
-            values.transpose(1, 2).float(),
-            attn_mask=metadata.visible[:, None],  # [B, 1, max_queries, max_keys]
-            scale=self.config.scaling,
-            enable_gqa=self.config.num_heads != self.config.num_kv_heads,
-        )  # [B, H, max_queries, D]
+        visible = metadata.visible
+        window = self.config.window(layer)
+        if window is not None:
+            visible = self._windowed(visible, window, batch, metadata, key_slots.shape[1])
+        softcap = self.config.logit_softcap
+        if softcap is None:
+            out = F.scaled_dot_product_attention(
+                queries.transpose(1, 2).float(),
+                keys.transpose(1, 2).float(),
+                values.transpose(1, 2).float(),
+                attn_mask=visible[:, None],  # [B, 1, max_queries, max_keys]
+                scale=self.config.scaling,
+                enable_gqa=self.config.num_heads != self.config.num_kv_heads,
+            )  # [B, H, max_queries, D]
+        else:
+            out = _capped_attention(queries, keys, values, visible, self.config.scaling,
+                                    softcap)
         out = out.transpose(1, 2).reshape(batch_size * max_queries, *q.shape[1:])
         if metadata.token_scatter is not None:
             out = out[metadata.token_scatter]
         return out.to(q.dtype)  # [T, H, D]
+
+    def _windowed(
+        self,
+        visible: torch.Tensor,
+        window: int,
+        batch: ForwardBatch,
+        metadata: TorchAttentionMetadata,
+        num_keys: int,
+    ) -> torch.Tensor:
+        """``visible`` ``[B, Q, K]`` narrowed to the keys at positions ``> p - window``."""
+        positions = batch.positions.to(torch.int64)
+        batch_size, max_queries = visible.shape[0], metadata.max_queries
+        if metadata.query_gather is None:
+            query_pos = positions.view(batch_size, max_queries)
+        else:
+            query_pos = positions[metadata.query_gather].view(batch_size, max_queries)
+        device = visible.device
+        if metadata.own_tokens is not None:
+            own_pos = positions[metadata.own_tokens]  # [B, own columns]
+        else:  # DRAFT_DECODE: branch k's depth columns end at its query's position
+            assert batch.draft_kv_slots is not None
+            depth = batch.draft_kv_slots.shape[1]
+            cols = torch.arange(max_queries * depth, device=device)
+            own_pos = query_pos[:, cols // depth] - (depth - 1 - cols % depth)
+        num_prefix = num_keys - own_pos.shape[1]
+        prefix_pos = torch.arange(num_prefix, device=device).expand(batch_size, num_prefix)
+        key_pos = torch.cat([prefix_pos, own_pos], dim=1)  # [B, K]
+        inside = key_pos[:, None, :] > query_pos[:, :, None] - window  # [B, Q, K]
+        visible = visible & inside
+        # padded query rows (outputs dropped) keep a key, so no softmax row is empty
+        return visible | ~visible.any(dim=-1, keepdim=True)
+
+
+def _capped_attention(
+    queries: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    visible: torch.Tensor,
+    scaling: float,
+    softcap: float,
+) -> torch.Tensor:
+    """Soft-capped softmax attention in float32: ``queries`` ``[B, Q, H, D]``,
+    ``keys``/``values`` ``[B, K, H_kv, D]``, ``visible`` ``[B, Q, K]``; ``[B, H, Q, D]``."""
+    q = queries.transpose(1, 2).float()  # [B, H, Q, D]
+    group = q.shape[1] // keys.shape[2]
+    k = keys.transpose(1, 2).float().repeat_interleave(group, dim=1)  # [B, H, K, D]
+    v = values.transpose(1, 2).float().repeat_interleave(group, dim=1)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scaling
+    scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill(~visible[:, None], float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v)

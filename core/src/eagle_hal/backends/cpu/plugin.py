@@ -26,6 +26,8 @@ CAPABILITIES = Capabilities(
     triton=False,
     distributed_backend="gloo",
     visible_devices_env=None,
+    sliding_window=True,  # windows and soft-caps: the shared attention applies them
+    logit_softcap=True,
     notes="pure-torch reference implementation of the whole HAL contract",
 )
 
@@ -45,7 +47,7 @@ DESCRIPTOR = BackendDescriptor(
     device_types=("cpu",),
     implementation="eagle_hal.backends.cpu.backend:CpuBackend",
     probe=probe,
-    api_version=(1, 0),
+    api_version=(1, 1),
     priority=0,
     description="reference backend: pure torch on the CPU",
     capabilities=CAPABILITIES,

@@ -17,6 +17,9 @@ Every mode runs on the split kernel, which also writes the forward's K/V into th
 ``write_kv`` is not called: the kernel writes ``k_buffer``/``v_buffer`` directly, rounding
 to their dtype as ``write_kv`` does.
 
+A layer's sliding window and the score soft-cap (``AttentionConfig``) go to the kernel with
+the batch's positions, read when the kernel runs (so a graph replays with new ones).
+
 Tree masks are read in ``TREE_BLOCK`` layout: bool ``[B, N, N]``, row ``i`` column ``j``
 true when node ``i`` sees node ``j``; the cached prefix is always visible.
 """
@@ -316,4 +319,7 @@ class TritonAttentionBackend(AttentionBackend):
             metadata.num_splits,
             metadata.partials,
             fp32_dot=self.fp32_dot,
+            window=self.config.window(layer),
+            positions=batch.positions,
+            softcap=self.config.logit_softcap,
         )

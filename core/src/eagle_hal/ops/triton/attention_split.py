@@ -99,6 +99,10 @@ def split_paged_attention(
     partials: SplitPartials | None = None,
     block_keys: int = BLOCK_KEYS,
     fp32_dot: bool = False,
+    *,
+    window: int | None = None,
+    positions: torch.Tensor | None = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """Write ``k``/``v`` ``[T, H_kv, D]`` into ``k_cache``/``v_cache`` at ``out_cache_loc``
     and attend with ``q`` ``[T, H, D]``; returns ``[T, H, D]`` in ``q.dtype``.
@@ -109,9 +113,10 @@ def split_paged_attention(
     ``partials`` is scratch for ``num_splits > 1`` (allocated when ``None``, ignored for
     one split);
     ``block_keys`` (a power of two, at least 16) is the key tile; ``fp32_dot`` gives 16-bit
-    caches float32 dot operands too (``_dot_in_float32``). Launches one kernel, plus
-    the merge when ``num_splits > 1``; reads no device value on the host. Raises
-    ``ValueError`` for inconsistent shapes."""
+    caches float32 dot operands too (``_dot_in_float32``). ``window`` (with ``positions``
+    ``[T]``, each token's position) and ``softcap`` as the kernels' docstring says.
+    Launches one kernel, plus the merge when ``num_splits > 1``; reads no device value on
+    the host. Raises ``ValueError`` for inconsistent shapes."""
     num_tokens, num_heads, head_dim = q.shape
     if k.shape != v.shape or k.shape[0] != num_tokens or k.shape[2] != head_dim:
         raise ValueError(
@@ -154,11 +159,16 @@ def split_paged_attention(
     block_dim = max(_MIN_ROWS, triton.next_power_of_2(head_dim))
     slots_arg = ancestor_slots if ancestor_slots is not None else out_cache_loc
     mask_arg = tree_mask.view(torch.uint8) if tree_mask is not None else out_cache_loc
+    if window is not None and (positions is None or window < 1):
+        raise ValueError(f"a window ({window}) needs positions and must be >= 1")
+    positions_arg = positions if window is not None else out_cache_loc
+    cap_in = scale / softcap if softcap is not None else 0.0
+    cap_out = softcap * _LOG2E if softcap is not None else 0.0
     _split_attention_kernel[(num_tokens, num_kv_heads, num_splits)](
         q, k, v, k_cache, v_cache, out, partial_out, partial_lse,
         req_to_token, table_rows, prefix_lens, out_cache_loc,
-        token_request, own_base, own_len, slots_arg, mask_arg,
-        scale * _LOG2E, tree_width,
+        token_request, own_base, own_len, slots_arg, mask_arg, positions_arg,
+        scale * _LOG2E, cap_in, cap_out, window or 0, tree_width,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), stride_slot, stride_head, req_to_token.stride(0),
         NUM_HEADS=num_heads,
@@ -170,6 +180,8 @@ def split_paged_attention(
         NUM_SPLITS=num_splits,
         HAS_ANCESTORS=ancestor_slots is not None,
         HAS_TREE_MASK=tree_mask is not None,
+        HAS_WINDOW=window is not None,
+        HAS_SOFTCAP=softcap is not None,
         DOT_FP32=_dot_in_float32(q.dtype, k_cache.dtype, fp32_dot),
         num_warps=max(4, min(8, block_keys * block_dim // _ELEMENTS_PER_WARP)),
     )

@@ -14,6 +14,13 @@ per group rather than once per query head. The token's keys are a virtual sequen
   own keys ``j < own_len - 1`` are the branch's cached ancestors, slots
   ``ancestor_slots[own_base + j]``, and the last one is the token itself.
 
+Sliding window (``HAS_WINDOW``): the token's position is ``positions[token]``; it sees the
+keys at positions ``> position - window``. Prefix key ``c`` is at position ``c``, so the
+virtual sequence starts at the first prefix column inside the window and the prefix needs
+no mask; an own key is at ``positions[input]`` (new tokens, tree nodes) or, for a draft
+ancestor, the token's position minus its distance, and is masked by it. Soft-capping
+(``HAS_SOFTCAP``): each score ``s`` becomes ``cap * tanh(s / cap)`` before the softmax.
+
 The new tokens' K/V are read straight from the ``k``/``v`` inputs (rounded to the cache
 dtype, as the store would) and written to the cache at ``out_cache_loc`` by the split-0
 program of each (token, KV head): the KV write costs no launch of its own, and no program
@@ -57,13 +64,22 @@ def _attend_block(
     running_sum,  # [BLOCK_M] float32
     acc,  # [BLOCK_M, BLOCK_D] float32
     qk_scale,  # softmax scale * log2(e)
+    cap_in,  # softmax scale / cap (HAS_SOFTCAP)
+    cap_out,  # cap * log2(e) (HAS_SOFTCAP)
     DOT_FP32: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
 ):
     if DOT_FP32:
         scores = tl.dot(query, tl.trans(keys), input_precision="ieee")
     else:
         scores = tl.dot(query, tl.trans(keys))
-    scores = tl.where(visible[None, :], scores * qk_scale, float("-inf"))  # [BLOCK_M, BLOCK_N]
+    if HAS_SOFTCAP:
+        # tanh(x) = 1 - 2 / (exp(2x) + 1): exact at both tails (exp overflows to inf or 0)
+        capped = 1.0 - 2.0 / (tl.exp(2.0 * scores * cap_in) + 1.0)
+        scores = capped * cap_out
+    else:
+        scores = scores * qk_scale
+    scores = tl.where(visible[None, :], scores, float("-inf"))  # [BLOCK_M, BLOCK_N]
     new_max = tl.maximum(running_max, tl.max(scores, axis=1))
     weights = tl.exp2(scores - new_max[:, None])  # 0 where masked: new_max is finite
     correction = tl.exp2(running_max - new_max)
@@ -95,7 +111,11 @@ def _split_attention_kernel(
     own_len_ptr,  # [T] int32
     ancestor_slots_ptr,  # flat draft_kv_slots (HAS_ANCESTORS)
     tree_mask_ptr,  # uint8 [T, tree_width] (HAS_TREE_MASK)
+    positions_ptr,  # [T] position of each token (HAS_WINDOW)
     qk_scale,
+    cap_in,
+    cap_out,
+    window,
     tree_width,
     stride_q_token,
     stride_q_head,
@@ -117,6 +137,8 @@ def _split_attention_kernel(
     NUM_SPLITS: tl.constexpr,
     HAS_ANCESTORS: tl.constexpr,
     HAS_TREE_MASK: tl.constexpr,
+    HAS_WINDOW: tl.constexpr,
+    HAS_SOFTCAP: tl.constexpr,
     DOT_FP32: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
@@ -148,10 +170,19 @@ def _split_attention_kernel(
         tl.store(v_cache_ptr + cache_offset, new_value.to(v_cache_ptr.dtype.element_ty),
                  mask=dim_ok)
 
-    # This split's chunk of the virtual key sequence, in whole blocks.
+    # This split's chunk of the virtual key sequence, in whole blocks; a window starts the
+    # sequence at its first visible prefix column.
     total = prefix_len + own_len
-    chunk = tl.cdiv(tl.cdiv(total, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    lo = split * chunk
+    if HAS_WINDOW:
+        query_pos = tl.load(positions_ptr + token).to(tl.int32)
+        first_pos = query_pos - window + 1  # the first position inside the window
+        seq_lo = tl.minimum(tl.maximum(first_pos, 0), prefix_len)
+    else:
+        query_pos = 0
+        first_pos = 0
+        seq_lo = 0
+    chunk = tl.cdiv(tl.cdiv(total - seq_lo, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    lo = seq_lo + split * chunk
     hi = tl.minimum(lo + chunk, total)
 
     both_ok = row_ok[:, None] & dim_ok[None, :]
@@ -180,7 +211,8 @@ def _split_attention_kernel(
             keys = keys.to(tl.float32)
             values = values.to(tl.float32)
         running_max, running_sum, acc = _attend_block(
-            query, keys, values, valid, running_max, running_sum, acc, qk_scale, DOT_FP32)
+            query, keys, values, valid, running_max, running_sum, acc, qk_scale, cap_in,
+            cap_out, DOT_FP32, HAS_SOFTCAP)
 
     # The own run: new tokens from the inputs, draft ancestors from the cache.
     if HAS_ANCESTORS:
@@ -197,6 +229,13 @@ def _split_attention_kernel(
         if HAS_TREE_MASK:
             seen = tl.load(tree_mask_ptr + token * tree_width + cols, mask=valid, other=0)
             valid = valid & (seen != 0)
+        if HAS_WINDOW:
+            if HAS_ANCESTORS:
+                key_pos = query_pos - (own_len - 1 - cols)
+            else:
+                key_pos = tl.load(positions_ptr + input_base + cols, mask=valid,
+                                  other=0).to(tl.int32)
+            valid = valid & (key_pos >= first_pos)
         new = valid & (cols >= first_new)
         inputs = (input_base + cols).to(tl.int64)
         new_ok = new[:, None] & dim_ok[None, :]
@@ -218,11 +257,13 @@ def _split_attention_kernel(
             keys = keys.to(tl.float32)
             values = values.to(tl.float32)
         running_max, running_sum, acc = _attend_block(
-            query, keys, values, valid, running_max, running_sum, acc, qk_scale, DOT_FP32)
+            query, keys, values, valid, running_max, running_sum, acc, qk_scale, cap_in,
+            cap_out, DOT_FP32, HAS_SOFTCAP)
 
     if NUM_SPLITS == 1:
-        # Every query sees at least itself, so running_sum > 0 on real rows.
-        out = acc / running_sum[:, None]
+        # Every query sees at least itself, so running_sum > 0 on real rows (a padding
+        # token's window may leave it none: 0, not NaN)
+        out = acc / tl.where(running_sum > 0.0, running_sum, 1.0)[:, None]
         tl.store(out_ptr + token * stride_out_token + heads[:, None] * stride_out_head
                  + dims[None, :], out.to(out_ptr.dtype.element_ty), mask=both_ok)
     else:
