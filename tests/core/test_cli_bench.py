@@ -63,7 +63,7 @@ def test_benchmark_rows_and_results(tmp_path):
         assert row["same_as_plain"] and row["speedup"] > 0
         phases = row["iteration_ms"]
         total = (phases["draft"] + phases["verify"] + phases["accept"] + phases["draft_extend"]
-                 + phases["catch_up"])
+                 + phases["catch_up"] + phases["other"])
         assert phases["total"] == pytest.approx(total)
         # the time ledger: every token of the timed runs on some account (3 runs, 8 new
         # tokens a prompt, the first of each from its prefill), batches within their size,

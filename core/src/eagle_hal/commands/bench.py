@@ -1,8 +1,8 @@
 """``eagle-hal bench``: plain vs speculative decoding, per mode and batch size, in one run.
 
 For every mode (``plain``, ``chain``, ``tree``, ``adaptive``; ``ngram``, prompt lookup with
-no head, when asked for) and batch size it builds an
-engine over the same loaded models, warms it up (graph capture included: one short
+no head, and ``self``, the target's first layers drafting, when asked for) and batch size
+it builds an engine over the same loaded models, warms it up (graph capture included: one short
 generation per graph bucket the run passes through as its requests finish, as a server
 captures its graphs at start-up; adaptive: until the controller has settled at each of
 those sizes, so that the timed run holds no warm-up iteration), then decodes the prompts
@@ -19,6 +19,13 @@ same batch size in the same run. With ``--hf-baseline`` the same weights also ru
 Hugging Face transformers ``generate`` (batch size 1). ``results.json`` and, when
 matplotlib is importable, PNG plots go to ``--out``. Prompts (``bench_prompts``):
 ``--dataset mt-bench`` or a file; first turns go through the chat template.
+
+``--random-target NAME`` measures a published shape instead (``model.random_targets``: the
+target and an EAGLE-3 head with random weights, built on the device, no download), over
+prompts of random token ids; a mode with an oracle accept length (``chain:S5T4``,
+``speculative.oracle_accept``) then says what the engine costs at that accept length,
+labelled as such, never as a speedup; plain rows add their memory-bandwidth fraction
+(``bench_bandwidth``). The table of the results is printed (``bench_table``).
 """
 
 from __future__ import annotations
@@ -33,9 +40,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eagle_hal.commands.bench_config import KINDS, MODES, BenchConfig, mode_spec
+from eagle_hal.commands.bench_bandwidth import copy_bandwidth, decode_bandwidth
+from eagle_hal.commands.bench_config import HEADLESS, KINDS, MODES, BenchConfig, mode_spec
 from eagle_hal.commands.bench_prompts import load_prompts
 from eagle_hal.commands.bench_report import hf_baseline, match_with_plain, write_results
+from eagle_hal.commands.bench_table import format_table
 from eagle_hal.commands.bench_warmup import KernelCompiles, warm_up
 from eagle_hal.commands.generate import POSITIVE, SEED, SPEC_STEPS, draft_vocab_size
 from eagle_hal.engine.step_ledger import StepLedger
@@ -68,7 +77,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of "
                         + ",".join(KINDS) + "; each may carry its own spec settings, "
                         "e.g. plain,chain:S5,tree:S8K4N48,chain:S5V8192; ngram drafts by "
-                        "prompt lookup with no head, e.g. ngram:S5K2M3 (M the longest match)")
+                        "prompt lookup with no head, e.g. ngram:S5K2M3 (M the longest "
+                        "match); self drafts with the target's first L layers, e.g. "
+                        "self:S4L8")
     parser.add_argument("--spec-steps", type=SPEC_STEPS, default=None,
                         help="draft depth S of modes that name none (default: the backend's "
                         "default spec of each mode's kind)")
@@ -91,6 +102,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-context", type=POSITIVE, default=2048)
     parser.add_argument("--seed", type=SEED, default=0)
     parser.add_argument("--out", type=Path, default=Path("bench-results"))
+    parser.add_argument("--random-target", default=None, type=random_target_name,
+                        metavar="NAME",
+                        help="a published shape with random weights built on the device (no "
+                             "download) and an EAGLE-3 head of the published head shape, in "
+                             "place of --model/--draft: " + ", ".join(_shape_names()))
+    parser.add_argument("--prompt-tokens", type=POSITIVE, default=100,
+                        help="--random-target: each prompt's length in random token ids")
+    parser.add_argument("--copy-test-mib", type=POSITIVE, default=1024,
+                        help="--random-target: the device-to-device copy timed for the "
+                             "bandwidth figures, in MiB")
+    parser.add_argument("--peak-bandwidth", type=float, default=None, metavar="GB/S",
+                        help="--random-target: the device's nominal memory bandwidth in GB/s "
+                             "(default: the backend's, where it knows it)")
+
+
+def _shape_names() -> tuple[str, ...]:
+    from eagle_hal.model.random_targets import SHAPES
+
+    return tuple(SHAPES)
+
+
+def random_target_name(text: str) -> str:
+    """``--random-target``'s value: a name of ``model.random_targets.SHAPES``."""
+    from eagle_hal.model.random_targets import SHAPES, unknown_shape_message
+
+    if text not in SHAPES:
+        raise argparse.ArgumentTypeError(unknown_shape_message(text))
+    return text
 
 
 def batch_sizes(text: str) -> tuple[int, ...]:
@@ -225,13 +264,29 @@ class _Measurement:
         llm.engine.ledger = None  # the split pass is not a timed run
         if split:
             worker.timed, worker.times = True, IterationTimes()
+            # its own ledger: the decode steps' wall time, of which the phases are the
+            # worker's part and the rest the engine's between two decode calls
+            steps = llm.engine.ledger = StepLedger()
+            steps.start()
             llm.generate(self.prompts, self.params)
-            worker.timed = False
+            llm.engine.ledger, worker.timed = None, False
             times = worker.times
             count = max(times.iterations, 1)
             phases = {name: 1e3 * getattr(times, name) / count
-                      for name in ("draft", "verify", "accept", "draft_extend", "catch_up")}
+                      for name in ("draft", "verify", "accept", "draft_extend", "catch_up",
+                                   "other")}
             phases["total"] = sum(phases.values())
+            decode = steps.summary().get("decode", {}).values()
+            decode_steps = sum(a["steps"] for a in decode)
+            phases["engine"] = (1e3 * sum(a["seconds"] for a in decode) / decode_steps
+                                - phases["total"]) if decode_steps else 0.0
+            phases["step"] = phases["total"] + phases["engine"]
+            # what is not a model forward: the accept, the host's preparation and the
+            # engine's work between iterations (the draft phase's tree building is not
+            # split from its forwards)
+            row["outside_forwards"] = (
+                (phases["accept"] + phases["other"] + phases["engine"]) / phases["step"]
+                if phases["step"] > 0 else None)
             row["iteration_ms"] = phases
             row["overhead_over_verify"] = (
                 (phases["draft"] + phases["accept"] + phases["draft_extend"]
@@ -273,6 +328,8 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
     from eagle_hal.engine.request import SamplingParams
     from eagle_hal.model.draft_vocab import restrict
     from eagle_hal.speculative.ngram import NgramDrafter
+    from eagle_hal.speculative.oracle_accept import OracleAccept
+    from eagle_hal.speculative.self_draft import SelfDrafter
 
     params = SamplingParams(max_tokens=config.max_new_tokens)
     rows: list[dict[str, Any]] = []
@@ -280,9 +337,8 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
         # at least one full batch of requests
         batch_prompts = [list(prompts[i % len(prompts)])
                          for i in range(max(len(prompts), batch_size))]
-        # plain and ngram modes run without a head
-        modes = [m for m in config.modes
-                 if mode_spec(m)[0] in ("plain", "ngram") or draft is not None]
+        # plain, ngram and self modes run without a head
+        modes = [m for m in config.modes if mode_spec(m)[0] in HEADLESS or draft is not None]
         for mode in config.modes:
             if mode not in modes:
                 _progress(f"  skip {mode}: no draft head")
@@ -295,14 +351,17 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
             _progress(f"bench: warming up {mode}, batch size {batch_size}")
             size = config.draft_vocab_for(mode)
             kind = mode_spec(mode)[0]
-            head = None if kind in ("plain", "ngram") else restrict(draft, draft_dir, size,
-                                                                   backend)
-            drafter = NgramDrafter(*config.ngram_for(mode)) if kind == "ngram" else None
+            head = None if kind in HEADLESS else restrict(draft, draft_dir, size, backend)
+            drafter = NgramDrafter(*config.ngram_for(mode)) if kind == "ngram" else (
+                SelfDrafter(config.self_layers_for(mode)) if kind == "self" else None)
             llm = LLM.from_models(
                 backend, target, head, spec=config.spec_for(mode), drafter=drafter,
                 max_batch_size=batch_size, max_context=max_context, seed=config.seed,
                 enable_prefix_caching=prefix_caching,
             )
+            tau = config.oracle_for(mode)
+            if tau is not None:  # before any graph records the accept
+                llm.worker.accept_by_oracle(OracleAccept(tau))
             graphs = config.graphs and llm.runner.enable_graphs()
             measuring[mode] = _Measurement(llm, batch_prompts, params, batch_size)
             measuring[mode].graphs = graphs
@@ -323,11 +382,15 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
                                         "verify_budget": spec.adaptive_verify_budget},
                                "draft_vocab_size": measurement.llm.draft_vocab_size,
                                "graphs": measurement.graphs,
+                               **_oracle_fields(config.oracle_for(mode)),
                                **measurement.row(config.split_timing)})
             del measurement
         plain = next((r for r in batch_rows if r["mode"] == "plain"), None)
         for row, mode in zip(batch_rows, modes, strict=True):
-            if plain is not None and plain["tokens_per_s"]:
+            if plain is not None and plain["tokens_per_s"] and "oracle_accept" in row:
+                # the engine's cost at a forced accept length: never a speedup
+                row["ratio_at_oracle_accept"] = row["tokens_per_s"] / plain["tokens_per_s"]
+            elif plain is not None and plain["tokens_per_s"]:
                 row["speedup"] = row["tokens_per_s"] / plain["tokens_per_s"]
                 row["same_as_plain"] = row["token_ids"] == plain["token_ids"]
                 row["match_with_plain"] = match_with_plain(row["token_ids"], plain["token_ids"])
@@ -343,6 +406,17 @@ def benchmark(backend: Any, target: Any, draft: Any | None, prompts: Sequence[li
     return rows
 
 
+def _oracle_fields(tau: int | None) -> dict[str, Any]:
+    """A row's oracle accept length and its label (none without one)."""
+    if tau is None:
+        return {}
+    from eagle_hal.speculative.oracle_accept import OracleAccept
+
+    return {"oracle_accept": tau, "oracle_label": OracleAccept(tau).label(),
+            "oracle_note": "the engine's cost at a forced accept length, not an end-to-end "
+                           "speedup"}
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -353,7 +427,8 @@ def run(args: argparse.Namespace) -> int:
 
     # the prompts first: a bad --dataset is reported before any backend is probed
     try:
-        texts = load_prompts(args.dataset, args.num_prompts)
+        texts = (load_prompts(args.dataset, args.num_prompts)
+                 if getattr(args, "random_target", None) is None else [])
     except ValueError as exc:
         print(f"eagle-hal bench: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
@@ -371,31 +446,80 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"eagle-hal bench: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    _progress("bench: loading models")
-    llm = LLM(model=args.model, draft=None if args.draft == "none" else args.draft,
-              device=args.device, backend=backend, dtype=args.dtype,
-              max_context=args.max_context, seed=args.seed, draft_vocab="full")
-    prompts = [llm.encode(text, chat=True) for text in texts]
-    for mode in config.modes:  # every mode's draft vocabulary resolves before any is timed
-        if mode_spec(mode)[0] not in ("plain", "ngram"):
-            restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode), llm.backend)
-    rows = benchmark(llm.backend, llm.target, llm.draft, prompts, config,
-                     max_context=args.max_context, draft_dir=llm.draft_path,
+    random_target = getattr(args, "random_target", None)
+    copy = None
+    if random_target is not None:
+        target, draft, prompts = _random_models(args, backend)
+        draft_dir, model, draft_name = None, f"random {random_target}", "random EAGLE-3 head"
+        _progress(f"bench: timing a {args.copy_test_mib} MiB device-to-device copy")
+        copy = copy_bandwidth(backend, args.copy_test_mib << 20)
+    else:
+        _progress("bench: loading models")
+        llm = LLM(model=args.model, draft=None if args.draft == "none" else args.draft,
+                  device=args.device, backend=backend, dtype=args.dtype,
+                  max_context=args.max_context, seed=args.seed, draft_vocab="full")
+        prompts = [llm.encode(text, chat=True) for text in texts]
+        for mode in config.modes:  # every mode's draft vocabulary resolves before any is timed
+            if mode_spec(mode)[0] not in HEADLESS:
+                restrict(llm.draft, llm.draft_path, config.draft_vocab_for(mode), llm.backend)
+        target, draft, draft_dir = llm.target, llm.draft, llm.draft_path
+        model = str(args.model or "default")
+        draft_name = str(llm.draft_path) if llm.draft is not None else None
+    rows = benchmark(backend, target, draft, prompts, config,
+                     max_context=args.max_context, draft_dir=draft_dir,
                      prefix_caching=args.prefix_caching)
+    if copy is not None:
+        peak = args.peak_bandwidth * 1e9 if args.peak_bandwidth else _backend_peak(backend)
+        for row in rows:
+            if row["mode"] == "plain":
+                row["bandwidth"] = decode_bandwidth(
+                    row, target.config, target.lm_head.weight.element_size(),
+                    [len(p) for p in prompts], config.max_new_tokens, copy, peak)
     report: dict[str, Any] = {
         "config": {**dataclasses.asdict(config), "dataset": args.dataset,
-                   "num_prompts": len(prompts), "model": str(args.model or "default"),
-                   "prefix_caching": args.prefix_caching,
-                   "draft": str(llm.draft_path) if llm.draft is not None else None,
-                   "backend": llm.backend.name, "device": str(llm.backend.torch_device),
-                   "dtype": str(llm.dtype), "torch": torch.__version__,
+                   "num_prompts": len(prompts), "model": model,
+                   "prefix_caching": args.prefix_caching, "draft": draft_name,
+                   "backend": backend.name, "device": str(backend.torch_device),
+                   "dtype": str(target.dtype), "torch": torch.__version__,
                    "command": " ".join(sys.argv)},
         "results": rows,
     }
+    if random_target is not None:
+        report["config"].update(
+            random_target=random_target, prompt_tokens=args.prompt_tokens,
+            dataset=f"random token ids ({args.prompt_tokens} a prompt; no tokenizer)",
+            copy_bytes_per_s=copy)
     if args.hf_baseline:
         _progress("bench: HF transformers generate baseline (batch size 1)")
-        report["hf_baseline"] = hf_baseline(llm.target, prompts, config.max_new_tokens)
+        report["hf_baseline"] = hf_baseline(target, prompts, config.max_new_tokens)
         _progress(f"  {report['hf_baseline']['tokens_per_s']:.1f} tokens/s")
     for path in write_results(args.out, report):
         _progress(f"wrote {path}")
+    print(format_table(report), flush=True)
     return 0
+
+
+def _random_models(args: argparse.Namespace, backend: Any) -> tuple[Any, Any, list[list[int]]]:
+    """``--random-target``: the target and head built on the backend's device
+    (``model.random_targets``; bf16 unless ``--dtype``), and ``--num-prompts`` prompts of
+    ``--prompt-tokens`` random token ids (a random model has no tokenizer)."""
+    import torch
+
+    from eagle_hal.model.random_targets import build_random_models
+
+    dtype = getattr(torch, args.dtype or "bfloat16")
+    _progress(f"bench: building a random {args.random_target} target and EAGLE-3 head on "
+              f"{backend.torch_device} ({dtype}); prompts are random token ids")
+    target, head = build_random_models(args.random_target, backend.torch_device, dtype,
+                                       seed=args.seed)
+    generator = torch.Generator().manual_seed(args.seed)
+    prompts = torch.randint(0, target.config.vocab_size, (args.num_prompts, args.prompt_tokens),
+                            generator=generator).tolist()
+    return target, head, prompts
+
+
+def _backend_peak(backend: Any) -> float | None:
+    """The backend's nominal memory bandwidth in bytes/s, where it knows it."""
+    peak = getattr(backend, "peak_memory_bandwidth", None)
+    peak = peak() if callable(peak) else peak
+    return float(peak) if peak else None

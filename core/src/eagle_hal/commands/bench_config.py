@@ -8,11 +8,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["KINDS", "BenchConfig", "MODES", "mode_spec"]
+__all__ = ["HEADLESS", "KINDS", "BenchConfig", "MODES", "mode_spec"]
 
 MODES = ("plain", "chain", "tree", "adaptive")  # what a run measures unless told
-# every mode kind: ``ngram`` drafts with no head (``speculative.ngram``), so it is asked for
-KINDS = (*MODES, "ngram")
+# every mode kind: ``ngram`` (``speculative.ngram``) and ``self`` (the target's first L
+# layers, ``speculative.self_draft``) draft with no head, so they are asked for
+KINDS = (*MODES, "ngram", "self")
+HEADLESS = ("plain", "ngram", "self")  # the kinds that run without a head
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -27,7 +29,10 @@ class BenchConfig:
     S = 5, K = 4, N = 16). ``draft_vocab``: the draft vocabulary of modes that name none.
     ``ngram`` modes propose by prompt lookup instead of the head: ``ngram:S5K2M3`` (M the
     longest match, default 3; K the continuations per node, default 1; S, N as above,
-    over the chain's or, at K > 1, the tree's base spec)."""
+    over the chain's or, at K > 1, the tree's base spec). ``self`` modes draft a chain with
+    the target's first L layers: ``self:S4L8`` (L required). ``T``, a chain's or a tree's
+    oracle accept length (``chain:S5T4``; ``oracle_for``): benchmarks of the engine's cost
+    only, never a speedup."""
 
     modes: tuple[str, ...] = MODES
     batch_sizes: tuple[int, ...] = (1,)
@@ -52,6 +57,7 @@ class BenchConfig:
         for mode in self.modes:
             self.spec_for(mode)  # every mode's settings valid before anything loads
             self.draft_vocab_for(mode)
+            self.oracle_for(mode)
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise ValueError(f"batch sizes must be >= 1, got {self.batch_sizes}")
         if self.repeats < 1:
@@ -64,9 +70,19 @@ class BenchConfig:
 
         kind, given = mode_spec(mode)
         given.pop("V", None)
+        given.pop("T", None)
         if "M" in given and kind != "ngram":
             raise ValueError(f"mode {mode!r}: M (the longest match) is an ngram mode's")
         given.pop("M", None)
+        if ("L" in given) != (kind == "self"):
+            raise ValueError(f"mode {mode!r}: L (the layers drafting) is a self mode's, "
+                             "and a self mode's is required")
+        if kind == "self":
+            if given.get("K", 1) != 1 or given.pop("L") < 1:
+                raise ValueError(f"mode {mode!r}: a self mode drafts a chain (K = 1) with "
+                                 "L >= 1 layers")
+            return self._base("chain").with_settings(given.get("S", self.steps), 1,
+                                                     given.get("N"))
         if kind == "ngram":
             topk = given.get("K", 1)
             return self._base("chain" if topk == 1 else "tree").with_settings(
@@ -91,6 +107,23 @@ class BenchConfig:
 
         return library_default_spec(kind)
 
+    def oracle_for(self, mode: str) -> int | None:
+        """A mode's oracle accept length ``T`` (``speculative.oracle_accept``: every verify
+        accepts exactly T - 1 drafts plus the bonus token, which measures the engine's cost
+        at that accept length, never a speedup), ``None`` where it names none. Only chains
+        and trees take one, between 1 and S + 1."""
+        kind, given = mode_spec(mode)
+        tau = given.get("T")
+        if tau is None:
+            return None
+        if kind not in ("chain", "tree"):
+            raise ValueError(f"mode {mode!r}: an oracle accept length T is a chain's or a "
+                             "tree's")
+        steps = self.spec_for(mode).num_steps
+        if not 1 <= tau <= steps + 1:
+            raise ValueError(f"mode {mode!r}: T must lie in [1, S + 1] = [1, {steps + 1}]")
+        return tau
+
     def ngram_for(self, mode: str) -> tuple[int, int]:
         """An ``ngram`` mode's longest match M and continuations per node K."""
         from eagle_hal.speculative.ngram import DEFAULT_MAX_NGRAM, parse_ngram
@@ -99,6 +132,10 @@ class BenchConfig:
         # parse_ngram checks the ranges
         return parse_ngram(f"mode {mode}", f"ngram:{given.get('M', DEFAULT_MAX_NGRAM)},"
                                            f"{given.get('K', 1)}")
+
+    def self_layers_for(self, mode: str) -> int:
+        """A ``self`` mode's L: the target's layers the draft runs."""
+        return mode_spec(mode)[1]["L"]
 
     def draft_vocab_for(self, mode: str) -> int | str:
         """The draft vocabulary ``mode`` drafts from: its V, else the run's ``draft_vocab``
@@ -111,6 +148,11 @@ class BenchConfig:
                 raise ValueError(f"mode {mode!r}: an ngram mode drafts with no head, so "
                                  "takes no V")
             self.ngram_for(mode)
+            return "full"
+        if kind == "self":
+            if "V" in given:
+                raise ValueError(f"mode {mode!r}: a self mode drafts from the target's own "
+                                 "lm_head, so takes no V")
             return "full"
         if kind == "plain" and "V" in given:
             raise ValueError(f"mode {mode!r}: plain decoding drafts nothing, so takes no V")
@@ -125,8 +167,10 @@ def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
     """Split a mode as given to ``--modes`` into its kind and its own spec settings:
     ``"tree:S8K4N48"`` -> ``("tree", {"S": 8, "K": 4, "N": 48})``; ``"plain"`` ->
     ``("plain", {})``. S is the draft depth, K the branches, N the verify tokens, V the
-    draft vocabulary's size, M an ngram mode's longest match; any may be left out (the
-    run's ``--spec-*`` and ``--draft-vocab`` values apply), none given twice."""
+    draft vocabulary's size, M an ngram mode's longest match, L a self mode's layers, T an
+    oracle accept length (``BenchConfig.oracle_for``); any
+    may be left out (the run's ``--spec-*`` and ``--draft-vocab`` values apply) but a self
+    mode's L, none given twice."""
     kind, colon, settings = mode.partition(":")
     given: dict[str, int] = {}
     if colon:
@@ -134,11 +178,12 @@ def mode_spec(mode: str) -> tuple[str, dict[str, int]]:
         if not parts or "".join(k + v for k, v in parts) != settings:
             raise ValueError(f"mode {mode!r}: settings must read like S8K4N48 (S depth, "
                              f"K branches, N verify tokens, V draft vocabulary, M longest "
-                             f"match), got {settings!r}")
+                             f"match, L self-draft layers, T oracle accept length), got "
+                             f"{settings!r}")
         for key, value in parts:
             key = key.upper()
-            if key not in "SKNVM" or key in given:
-                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N, V, M once "
-                                 "each")
+            if key not in "SKNVMLT" or key in given:
+                raise ValueError(f"mode {mode!r}: {key!r} is not one of S, K, N, V, M, L, "
+                                 "T once each")
             given[key] = int(value)
     return kind, given

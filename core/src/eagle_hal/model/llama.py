@@ -133,10 +133,14 @@ class LlamaForCausalLM(nn.Module):
         attn: AttentionBackend,
         aux_layers: tuple[int, ...] = (),
     ) -> ModelOutput:
-        """Run every layer over ``batch`` (writing each layer's K/V through ``attn``).
+        """Run every layer over ``batch`` (writing each layer's K/V through ``attn``), or
+        only the first ``num_layers`` then the final norm: an early exit, whose hidden
+        states the same ``lm_head`` reads (the self-drafter, ``speculative.self_draft``).
 
         ``aux_layers`` lists layer indices ``i`` in ``[0, num_layers]`` whose *input*
         residual stream to return, i.e. Hugging Face's ``output_hidden_states[i]`` (0 is the
+        *,
+        num_layers: int | None = None,
         embeddings, ``num_layers`` the last layer's output before the final norm) — the
         convention of published EAGLE-3 heads. Plans ``batch.attn_metadata`` if the caller
         has not. Raises ``ValueError`` for an aux index out of range.
@@ -146,6 +150,7 @@ class LlamaForCausalLM(nn.Module):
             if not 0 <= index <= num_layers:
                 raise ValueError(f"aux layer {index} outside [0, {num_layers}]")
         if batch.attn_metadata is None:
+        depth = self.config.num_layers if num_layers is None else num_layers
             batch.attn_metadata = attn.plan(batch)
         hidden = self.embed(batch.input_ids)  # [T, hidden]
         residual: torch.Tensor | None = None  # the residual stream is hidden + residual
@@ -155,7 +160,7 @@ class LlamaForCausalLM(nn.Module):
             local = self.local_rotary.cos_sin(batch.positions, hidden.dtype)
         sliding = self.config.sliding_layers
         captured: dict[int, torch.Tensor] = {}
-        for index, layer in enumerate(self.model.layers):
+        for index, layer in enumerate(self.model.layers[:depth]):
             if index in aux_layers:
                 hidden, residual = _stream(hidden, residual), None
                 captured[index] = hidden

@@ -16,6 +16,13 @@ speculative sampling with the drafted tokens as one-hot proposals,
 * ``on_device``: whether it proposes from device tensors or on the host (the n-gram
   drafter).
 
+A drafter that runs a model (the early-exit self-drafter, ``speculative.self_draft``; a
+standalone draft model, ``speculative.draft_model``) reads and writes KV through the
+runner, so it is ``on_device`` and has two more methods: ``bind(runner)``, called once by
+the worker before any iteration, and ``propose_requests(requests, shape)``, which the
+eager iteration calls instead of ``propose`` with the batch's ``Request``s (their table
+rows and cached lengths), before it reserves the verify's slots.
+
 The EAGLE head drafts through its own path (``speculative.drafting``, its state kept by
 ``DraftTracker``), which replays as device graphs and overlaps iterations; the eager
 iteration takes that path when the worker has no ``Drafter``, and this one when it has

@@ -95,6 +95,8 @@ class EagerIteration:
         if drafter is None or batch.steps == 0:
             return None
         with self.context.timer.phase("draft"):
+            if drafter.on_device:  # a model's drafter: it needs the requests' rows and lengths
+                return drafter.propose_requests(batch.requests, batch.spec.shape)
             return drafter.propose([r.request_id for r in batch.requests],
                                    [r.all_ids for r in batch.requests], batch.spec.shape)
 
@@ -115,7 +117,7 @@ class EagerIteration:
         # 1. reserve, and everything the iteration needs from the host in one copy: the
         # reserved block's slots (verify nodes and draft scratch share it), the draft
         # steps' positions and the device table's new entries
-        with timer.phase("draft_extend"):
+        with timer.phase("other"):
             table_rows = [table_row(r) for r in requests]
             seq_lens = [r.cached_len for r in requests]
             for row, seq_len in zip(table_rows, seq_lens, strict=True):

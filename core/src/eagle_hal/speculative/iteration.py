@@ -119,6 +119,8 @@ class IterationTimes:
     accept: float = 0.0
     draft_extend: float = 0.0
     catch_up: float = 0.0  # the draft's catch-up after a stretch at S = 0 (not in draft_extend)
+    # the host's preparation: the reserve, the slots and the one upload of the iteration
+    other: float = 0.0
     iterations: int = 0
 
 

@@ -19,9 +19,11 @@ what plain decoding costs; the emitted tokens and their features wait in
 ``speculative.catchup`` until the next iteration with S > 0 catches the draft up. With no
 draft model, or a fixed ``num_steps == 0``, the worker is plain decoding, the baseline.
 
-A ``Drafter`` (``speculative.drafter``: the n-gram drafter, ``speculative.ngram``) takes
-the EAGLE head's place: it proposes on the host, so every decode call runs
-``EagerIteration``; the adaptive controller chooses its depth as it does the head's.
+A ``Drafter`` (``speculative.drafter``: the n-gram drafter, ``speculative.ngram``; the
+early-exit self-drafter, ``speculative.self_draft``; a standalone draft model,
+``speculative.draft_model``) takes the EAGLE head's place: it proposes from what the
+previous iteration read back, so every decode call runs ``EagerIteration``; the adaptive
+controller chooses its depth as it does the head's.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from eagle_hal.speculative.iteration import (
     Outputs,
     still_running,
 )
+from eagle_hal.speculative.oracle_accept import OracleAccept
 from eagle_hal.speculative.overlap import OverlappedPlain
 from eagle_hal.speculative.speculative_overlap import OverlappedSpeculative
 
@@ -83,6 +86,8 @@ class EagleWorker:
         # a draft that can never be asked to speculate is not run at all
         has_draft = runner.draft is not None and drafter is None and deepest > 0
         drafter = drafter if deepest > 0 else None
+        if drafter is not None and hasattr(drafter, "bind"):  # a model's drafter
+            drafter.bind(runner)
         self.speculates = has_draft or drafter is not None
         controller = (
             AdaptiveController(spec.adaptive_steps, ema=spec.adaptive_ema,
@@ -102,6 +107,19 @@ class EagleWorker:
         self.plain = OverlappedPlain(self.context)
         self.speculative = OverlappedSpeculative(self.context, self.eager)
         self.last_depth: int | None = None  # the depth of the latest decode call
+
+    def accept_by_oracle(self, oracle: OracleAccept) -> None:
+        """Benchmarks only: every later verify accepts exactly ``oracle.tau - 1`` drafts
+        plus the bonus token (``speculative.oracle_accept``), which measures the engine's
+        cost at that accept length and is never a speedup. Before any decode or graph
+        capture, so that no iteration in flight or recorded graph keeps the real accept."""
+        if not isinstance(oracle, OracleAccept):
+            raise TypeError(f"accept_by_oracle takes an OracleAccept, not {oracle!r}")
+        graphs = self.runner.graphs
+        if self.in_flight or (graphs is not None and graphs.num_graphs):
+            raise RuntimeError("accept_by_oracle must come before the first decode and "
+                               "graph capture")
+        self.context.ops = oracle.wrap(self.context.ops)
 
     # -- what callers may read and change between calls ----------------------------------------
 
