@@ -2,15 +2,16 @@
 
 One ``ModelConfig`` describes every supported member of the Llama family; the variants are
 flags (QKV bias for Qwen2, RMSNorm of each head's queries and keys for Qwen3, tied
-embeddings for SmolLM2, rotary scaling for Llama 3.1+, Gemma 3's embedding scale, sandwich
-norms, GELU-tanh MLP and local layers). Phi-3 is a Llama whose checkpoint fuses Q/K/V and
-gate/up into one tensor each; the loader splits them. Everything downstream
-reads these typed fields, never the raw dicts.
+embeddings for SmolLM2, rotary scaling for Llama 3.1+, Gemma's embedding scale, sandwich
+norms, GELU-tanh MLP and local layers, Gemma 2's soft-capped attention scores and logits).
+Phi-3 is a Llama whose checkpoint fuses Q/K/V and gate/up into one tensor each; the loader
+splits them. Everything downstream reads these typed fields, never the raw dicts.
 
-A sliding window (Mistral, Phi-3, Gemma 3's local layers) is not implemented by the
-attention backends: attention is always over the full context. That is exact while a
-request's context stays within the window, so ``ModelConfig.max_context_len`` is capped at
-``sliding_window`` and the engine does not run a request past it.
+A sliding window (Mistral, Phi-3, Gemma 2 and 3's local layers) reaches the attention
+backend per layer (``layer_windows``). A backend that does not apply windows
+(``Capabilities.sliding_window``) attends over the whole context, which is exact while a
+request's context stays within the window: the engine then stops requests at
+``unwindowed_context_len``.
 """
 
 from __future__ import annotations
@@ -32,15 +33,21 @@ SUPPORTED_HF_ARCHITECTURES: Mapping[str, str] = {
     "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3",
     "Phi3ForCausalLM": "phi3",
+    "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3",
 }
 # ``model_type`` spellings of families whose ``architectures`` entry is another name
 _MODEL_TYPE_FAMILIES: Mapping[str, str] = {"gemma3_text": "gemma3"}
+# Gemma 2's values where its config.json leaves a key out (transformers' Gemma2Config)
+_GEMMA2_DEFAULTS: Mapping[str, float] = {
+    "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+    "final_logit_softcapping": 30.0,
+}
 # Hugging Face ``hidden_act`` / ``hidden_activation`` -> the gated MLP's activation
 _ACTIVATIONS: Mapping[str, str] = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values()) | frozenset(
     _MODEL_TYPE_FAMILIES)
-_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
+_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
 # llama.cpp's fixed Gemma 3 values (its files do not carry them): every sixth layer attends
 # globally, local layers rotate with base 10000
 _GEMMA3_GGUF_PATTERN = 6
@@ -85,7 +92,7 @@ class RopeScaling:
 class ModelConfig:
     """The geometry and numerics of one Llama-family model."""
 
-    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma3"
+    architecture: str  # "llama" | "mistral" | "qwen2" | "qwen3" | "phi3" | "gemma2" | "gemma3"
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -100,13 +107,16 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # bias on q/k/v projections (Qwen2; Llama's attention_bias)
     attention_out_bias: bool = False  # bias on o_proj (Llama's attention_bias only)
-    sliding_window: int | None = None  # Mistral, Phi-3; see the module docstring
+    # the window of every layer (Mistral, Phi-3) or of ``sliding_layers`` (Gemma) when those
+    # are given; see the module docstring
+    sliding_window: int | None = None
     qk_norm: bool = False  # RMSNorm over head_dim of each query and key head (Qwen3, Gemma 3)
-    # Gemma 3 (all neutral elsewhere): the gated MLP's activation ("silu" | "gelu_tanh"),
+    # Gemma 2 and 3 (all neutral elsewhere): the gated MLP's activation ("silu" | "gelu_tanh"),
     # the factor the token embeddings are scaled by (sqrt(hidden)), the attention's score
     # scale (None: head_dim ** -0.5), norms after attention and MLP as well as before,
     # what the checkpoint's norm weights lack (HF Gemma stores w for a scale of 1 + w),
-    # and the layers of local attention with their own rotary base.
+    # the layers of local attention (Gemma 3: with their own rotary base), and Gemma 2's
+    # soft-caps of the attention scores and of the final logits (x -> cap * tanh(x / cap)).
     activation: str = "silu"
     embedding_scale: float = 1.0
     attention_scale: float | None = None
@@ -114,6 +124,8 @@ class ModelConfig:
     norm_weight_offset: float = 0.0
     sliding_layers: tuple[int, ...] = ()
     local_rope_theta: float | None = None
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()
 
@@ -134,6 +146,10 @@ class ModelConfig:
         if any(not 0 <= i < self.num_layers for i in self.sliding_layers):
             raise ValueError(f"sliding layers {self.sliding_layers} outside [0, "
                              f"{self.num_layers})")
+        for name in ("attn_logit_softcap", "final_logit_softcap", "sliding_window"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         factors = self.rope_scaling.frequency_factors
         if factors and len(factors) != self.head_dim // 2:
             raise ValueError(
@@ -142,11 +158,30 @@ class ModelConfig:
             )
 
     @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window (``None``: full attention): ``sliding_window`` on
+        ``sliding_layers`` when those are listed (Gemma), else on every layer; ``()`` when
+        no layer has one."""
+        window = self.sliding_window
+        if window is None or (self.architecture in ("gemma2", "gemma3")
+                              and not self.sliding_layers):
+            return ()
+        if not self.sliding_layers:
+            return (window,) * self.num_layers
+        return tuple(window if i in self.sliding_layers else None
+                     for i in range(self.num_layers))
+
+    @property
     def max_context_len(self) -> int:
-        """The longest context this implementation computes exactly."""
-        if self.sliding_window is None:
-            return self.max_position_embeddings
-        return min(self.max_position_embeddings, self.sliding_window)
+        """The longest context the model takes (its windows applied by the backend)."""
+        return self.max_position_embeddings
+
+    @property
+    def unwindowed_context_len(self) -> int:
+        """The longest context attention without sliding windows computes exactly: the
+        smallest window, or ``max_context_len`` when no layer has one."""
+        windows = [w for w in self.layer_windows if w is not None]
+        return min([self.max_position_embeddings, *windows])
 
     @property
     def num_parameters(self) -> int:
@@ -212,14 +247,16 @@ class ModelConfig:
             )
         num_heads = fields.integer("num_attention_heads")
         hidden_size = fields.integer("hidden_size")
-        gemma = _hf_gemma3(raw, fields) if family == "gemma3" else {}
+        gemma = _hf_gemma(raw, fields, family) if family in ("gemma2", "gemma3") else {}
         rope_raw = gemma.pop("rope_raw", raw)
         rope_theta, rope_scaling = _hf_rope(rope_raw, ConfigFields(rope_raw, source))
         llama_bias = fields.flag("attention_bias", False)
-        sliding_window = fields.integer("sliding_window", None)
+        sliding_window = gemma.pop("sliding_window", None) or fields.integer(
+            "sliding_window", None)
         if family in ("qwen2", "qwen3") and not fields.flag("use_sliding_window", False):
             sliding_window = None
-        if family == "llama" or (family == "gemma3" and not gemma["sliding_layers"]):
+        if family == "llama" or (family in ("gemma2", "gemma3")
+                                 and not gemma["sliding_layers"]):
             sliding_window = None
         head_dim = fields.integer("head_dim", None)
         return _built(
@@ -488,11 +525,16 @@ def _hf_family(raw: Mapping[str, Any]) -> str:
     )
 
 
-def _hf_gemma3(raw: Mapping[str, Any], fields: ConfigFields) -> dict[str, Any]:
-    """Gemma 3's fields beyond the Llama geometry, and (``rope_raw``) the config its global
-    layers' rotary is read from. Two spellings: transformers v5's ``layer_types`` and
-    ``rope_parameters`` per layer type, or the older ``sliding_window_pattern`` (every
-    pattern-th layer global), ``rope_local_base_freq`` and ``rope_theta``."""
+def _hf_gemma(raw: Mapping[str, Any], fields: ConfigFields, family: str) -> dict[str, Any]:
+    """Gemma 2's or 3's fields beyond the Llama geometry, and (``rope_raw``) the config the
+    (global layers') rotary is read from. The local layers: transformers v5's
+    ``layer_types``, or else every ``sliding_window_pattern``-th layer global (Gemma 2:
+    every other one). Gemma 3's local rotary base: ``rope_parameters`` per layer type, or
+    the older ``rope_local_base_freq`` beside ``rope_theta``; Gemma 2 rotates every layer
+    alike. Gemma 2's keys that its config may leave out take transformers' defaults."""
+    if family == "gemma2":
+        raw = {**_GEMMA2_DEFAULTS, **raw}
+        fields = ConfigFields(raw, fields.source)
     layers = fields.integer("num_hidden_layers")
     types = raw.get("layer_types")
     if types is not None:
@@ -506,14 +548,18 @@ def _hf_gemma3(raw: Mapping[str, Any], fields: ConfigFields) -> dict[str, Any]:
         sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
     else:
         pattern = fields.integer("sliding_window_pattern", None) or fields.integer(
-            "_sliding_window_pattern", 6)
+            "_sliding_window_pattern", 2 if family == "gemma2" else 6)
         sliding = tuple(i for i in range(layers) if (i + 1) % pattern)
     params = fields.mapping("rope_parameters")
-    if "full_attention" in params or "sliding_attention" in params:
+    local_theta: float | None
+    if family == "gemma2":
+        rope_raw: Mapping[str, Any] = raw
+        local_theta = None
+    elif "full_attention" in params or "sliding_attention" in params:
         full = ConfigFields(params, f"{fields.source} rope_parameters").mapping("full_attention")
         local = ConfigFields(params, f"{fields.source} rope_parameters").mapping(
             "sliding_attention")
-        rope_raw: Mapping[str, Any] = {"rope_parameters": full}
+        rope_raw = {"rope_parameters": full}
         local_fields = ConfigFields(local, f"{fields.source} rope_parameters.sliding_attention")
         local_theta = local_fields.number("rope_theta", 10000.0)
         if local.get("rope_type", "default") != "default":
@@ -523,12 +569,20 @@ def _hf_gemma3(raw: Mapping[str, Any], fields: ConfigFields) -> dict[str, Any]:
     else:
         rope_raw = raw
         local_theta = fields.number("rope_local_base_freq", 10000.0)
-    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
-        if raw.get(key) is not None:
-            raise UnsupportedModelError(f"{key} is not supported (Gemma 3 sets none)")
+    caps = {}
+    for key, name in (("attn_logit_softcapping", "attn_logit_softcap"),
+                      ("final_logit_softcapping", "final_logit_softcap")):
+        caps[name] = fields.number(key, None)
+        if caps[name] is not None and family == "gemma3":
+            raise UnsupportedModelError(f"{key} is not supported for Gemma 3 (it sets none)")
     hidden = fields.integer("hidden_size")
     scalar = fields.number("query_pre_attn_scalar", None)
+    extra: dict[str, Any] = {}
+    if family == "gemma2":
+        extra["sliding_window"] = fields.integer("sliding_window", None)
     return {
+        **caps,
+        **extra,
         "rope_raw": rope_raw,
         "embedding_scale": math.sqrt(hidden),
         "attention_scale": None if scalar is None else scalar**-0.5,

@@ -1,10 +1,13 @@
-"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Phi-3, Gemma 3) as one
+"""The Llama family (Llama 2/3, SmolLM2, Mistral, Qwen2, Qwen3, Phi-3, Gemma 2 and 3) as one
 implementation.
 
 Variants are ``ModelConfig`` flags: QKV bias (Qwen2), per-head q/k RMSNorm (Qwen3, Gemma 3),
 tied embeddings (SmolLM2), rotary scaling (Llama 3.1+), GQA everywhere; Gemma 3 adds an
 embedding scale, norms after attention and MLP too (``SandwichDecoderLayer``), a GELU-tanh
-MLP and local layers with their own rotary base. Parameter names equal
+MLP and local layers with their own rotary base; Gemma 2 is that block without the q/k norm,
+with soft-capped attention scores (through the attention backend) and final logits.
+Sliding windows reach the backend per layer (``AttentionConfig.layer_windows``). Parameter
+names equal
 Hugging Face's (``model.layers.{i}.self_attn.q_proj.weight`` ...), so HF checkpoints load
 by name; Phi-3's fused ``qkv_proj`` and ``gate_up_proj`` tensors are split into those
 names as they load.
@@ -116,6 +119,8 @@ class LlamaForCausalLM(nn.Module):
             scaling=self.config.head_dim**-0.5,  # another scale is applied to q (Attention)
             kv_store=kv_store,
             req_to_token=req_to_token,
+            layer_windows=self.config.layer_windows,
+            logit_softcap=self.config.attn_logit_softcap,
         )
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -183,8 +188,13 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float32 logits ``[n, vocab]`` of normed hidden states ``[n, hidden]``. Calls the
         ``lm_head`` module, so a vocabulary-parallel head gathers its shards here; a plain
-        one goes through the installed kernels' ``logits`` where they have one."""
-        return lm_head_logits(self.model.norm.kernels, self.lm_head, hidden).float()
+        one goes through the installed kernels' ``logits`` where they have one. Gemma 2's
+        final soft-cap (``config.final_logit_softcap``) is applied in float32."""
+        logits = lm_head_logits(self.model.norm.kernels, self.lm_head, hidden).float()
+        cap = self.config.final_logit_softcap
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
     def load_weights(self, tensors: Iterable[tuple[str, torch.Tensor]], source: str) -> None:
         """Fill every parameter from HF-named ``(name, tensor)`` pairs (see

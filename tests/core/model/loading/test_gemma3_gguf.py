@@ -67,7 +67,7 @@ def test_config_is_gemma3_270m(ours, gguf_path):
     assert (config.num_layers, config.hidden_size, config.head_dim) == (18, 640, 256)
     # every sixth layer global, the rest local
     assert config.sliding_layers == tuple(i for i in range(18) if (i + 1) % 6)
-    assert config.sliding_window == 512 and config.max_context_len == 512
+    assert config.sliding_window == 512 and config.unwindowed_context_len == 512
     assert config.tie_word_embeddings and config.norm_weight_offset == 0.0
     assert default_draft_path(gguf_path) is None  # plain decoding unless a head is named
 

@@ -108,7 +108,7 @@ def test_logits_equal_the_written_model(written, runtime_for):
     hf_model, path = written
     model = load_gguf_model(path, progress=False)
     assert model.config.architecture == "gemma3" and model.config.sliding_layers == (0, 2)
-    assert model.config.max_context_len == WINDOW
+    assert model.config.unwindowed_context_len == WINDOW
     runtime = runtime_for(model.config)
     rng = random.Random(3)
     prompts = [[rng.randrange(model.config.vocab_size) for _ in range(n)] for n in (9, WINDOW)]
