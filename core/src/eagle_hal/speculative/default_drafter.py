@@ -17,12 +17,9 @@ from typing import Any
 __all__ = ["MEASURED", "default_drafter", "describe_drafter", "drafter_name",
            "headless_drafter", "is_headless"]
 
-# backend name -> the head-less drafter that paid there, from
-#   eagle-hal bench --device cpu --modes plain,ngram:S3M3,self:S2L10 --num-prompts 8 \
-#       --max-tokens 64 --repeats 1 (MT-bench and the quoting task; docs/benchmarks)
-MEASURED: dict[str, str | None] = {
-    "cpu": "ngram:3,1",
-}
+# backend name -> the head-less drafter a committed measurement shows paying there
+# (eagle-hal bench --modes plain,ngram:S3M3,self:S2L24 ...); none is committed yet
+MEASURED: dict[str, str | None] = {}
 
 
 def default_drafter(backend_name: str) -> str | None:
