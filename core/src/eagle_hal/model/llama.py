@@ -137,6 +137,8 @@ class LlamaForCausalLM(nn.Module):
         batch: ForwardBatch,
         attn: AttentionBackend,
         aux_layers: tuple[int, ...] = (),
+        *,
+        num_layers: int | None = None,
     ) -> ModelOutput:
         """Run every layer over ``batch`` (writing each layer's K/V through ``attn``), or
         only the first ``num_layers`` then the final norm: an early exit, whose hidden
@@ -144,18 +146,16 @@ class LlamaForCausalLM(nn.Module):
 
         ``aux_layers`` lists layer indices ``i`` in ``[0, num_layers]`` whose *input*
         residual stream to return, i.e. Hugging Face's ``output_hidden_states[i]`` (0 is the
-        *,
-        num_layers: int | None = None,
         embeddings, ``num_layers`` the last layer's output before the final norm) — the
         convention of published EAGLE-3 heads. Plans ``batch.attn_metadata`` if the caller
         has not. Raises ``ValueError`` for an aux index out of range.
         """
+        depth = self.config.num_layers if num_layers is None else num_layers
         num_layers = self.config.num_layers
         for index in aux_layers:
             if not 0 <= index <= num_layers:
                 raise ValueError(f"aux layer {index} outside [0, {num_layers}]")
         if batch.attn_metadata is None:
-        depth = self.config.num_layers if num_layers is None else num_layers
             batch.attn_metadata = attn.plan(batch)
         hidden = self.embed(batch.input_ids)  # [T, hidden]
         residual: torch.Tensor | None = None  # the residual stream is hidden + residual
