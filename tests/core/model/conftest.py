@@ -24,7 +24,8 @@ class PagedRuntime:
     def __init__(self, *, num_layers: int, num_heads: int, num_kv_heads: int, head_dim: int,
                  page_size: int = 16, max_requests: int = 4, max_context: int = 256,
                  dtype: torch.dtype = torch.float32, tree_mask_mode: str = "tree_block",
-                 seed: int = 0) -> None:
+                 seed: int = 0, layer_windows: tuple[int | None, ...] = (),
+                 logit_softcap: float | None = None) -> None:
         layout = KVLayout(page_size=page_size)
         num_pages = max_requests * -(-max_context // page_size) + 2
         self.allocator = PageAllocator(num_pages, page_size)
@@ -38,13 +39,16 @@ class PagedRuntime:
         self.device_table = DeviceTokenTable(self.table, layout, "cpu")
         self.config = AttentionConfig(num_heads, num_kv_heads, head_dim, num_layers,
                                       1.0 / math.sqrt(head_dim), self.store,
-                                      self.device_table.tensor)
+                                      self.device_table.tensor, layer_windows=layer_windows,
+                                      logit_softcap=logit_softcap)
         self.backend = TorchAttentionBackend(self.config, tree_mask_mode=tree_mask_mode)
 
     @classmethod
     def for_model(cls, config, **kwargs) -> PagedRuntime:
         return cls(num_layers=config.num_layers, num_heads=config.num_heads,
-                   num_kv_heads=config.num_kv_heads, head_dim=config.head_dim, **kwargs)
+                   num_kv_heads=config.num_kv_heads, head_dim=config.head_dim,
+                   layer_windows=config.layer_windows or (),
+                   logit_softcap=config.attn_logit_softcap, **kwargs)
 
     def new_request(self) -> int:
         return self.table.add_request()
