@@ -51,11 +51,13 @@ def test_qwen2_has_qkv_bias_and_ignores_unused_sliding_window():
 
 
 def test_mistral_sliding_window_caps_the_context():
-    """Mistral's sliding window bounds max_context_len (attention is full-context)."""
+    """Mistral's sliding window reaches every layer's attention; the context runs to
+    max_position_embeddings, and only a backend without windows stops at the window."""
     raw = {**BASE, "architectures": ["MistralForCausalLM"], "sliding_window": 4096,
            "max_position_embeddings": 32768}
     c = ModelConfig.from_hf_config(raw)
-    assert (c.architecture, c.sliding_window, c.max_context_len) == ("mistral", 4096, 4096)
+    assert (c.architecture, c.sliding_window, c.max_context_len) == ("mistral", 4096, 32768)
+    assert c.layer_windows == (4096,) * c.num_layers and c.unwindowed_context_len == 4096
 
 
 def test_llama_attention_bias_covers_o_proj():

@@ -230,7 +230,7 @@ class _TritonBackend:
     """Stands in for a backend whose capabilities say Triton runs (``Backend.model_kernels``
     reads nothing else)."""
 
-    capabilities = type("Caps", (), {"triton": True})()
+    capabilities = type("Caps", (), {"triton": True, "dependent_launch": False})()
 
 
 def test_fused_linear_can_be_switched_off(hf_tiny, runtime_for):
