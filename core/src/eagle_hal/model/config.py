@@ -47,7 +47,8 @@ _GEMMA2_DEFAULTS: Mapping[str, float] = {
 _ACTIVATIONS: Mapping[str, str] = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _SUPPORTED_MODEL_TYPES = frozenset(SUPPORTED_HF_ARCHITECTURES.values()) | frozenset(
     _MODEL_TYPE_FAMILIES)
-_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3")
+# gemma2 GGUF metadata (layer pattern, caps, window) is not read yet: refused, not guessed
+_SUPPORTED_GGUF_ARCHITECTURES = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
 # llama.cpp's fixed Gemma 3 values (its files do not carry them): every sixth layer attends
 # globally, local layers rotate with base 10000
 _GEMMA3_GGUF_PATTERN = 6
