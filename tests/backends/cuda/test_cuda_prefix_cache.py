@@ -30,15 +30,6 @@ SEEDED = SamplingParams(max_tokens=12, ignore_eos=True, temperature=0.9, seed=11
 
 
 @pytest.fixture(scope="module")
-def cuda_backend():
-    if torch.version.cuda is None or not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from eagle_hal import select_backend
-
-    return select_backend("cuda:0", backend="cuda")
-
-
-@pytest.fixture(scope="module")
 def pair(cuda_backend):
     target = near_bigram_target(seed=5, device=cuda_backend.torch_device)
     head = matching_eagle1(target, noise=0.02)
